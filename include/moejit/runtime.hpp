@@ -1,0 +1,116 @@
+// The runtime: a device, a kernel cache and a compiler, tied together.
+//
+// High level:   rt.grouped_gemm(args, stream)       picks a config, builds or fetches it, launches.
+// Low level:    rt.kernel(spec).launch(args, stream)  you choose the spec.
+// Offline:      Runtime::offline(arch).compile(spec)   no GPU or driver needed (prewarm, CI).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "moejit/spec.hpp"
+
+struct CUstream_st;  // cudaStream_t and CUstream are both CUstream_st*
+
+namespace moejit {
+
+using Stream = CUstream_st*;
+
+// Operands of one grouped GEMM: for every group g and each of its rows r,
+//   C[r, :] = A[r, :] · B[g]ᵀ      A: rows × K, B: num_groups × N × K (K contiguous), C: rows × N.
+// All pointers are device pointers, 16-byte aligned; K and N multiples of 8.
+struct GroupedGemmArgs {
+  GroupLayout layout = GroupLayout::contiguous;
+  DType ab_type = DType::bf16;  // A and B element type
+  DType c_type = DType::bf16;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  int num_groups = 0;
+  int n = 0;
+  int k = 0;
+
+  // contiguous layout: A and C have total_rows rows; group g owns rows
+  // [group_offsets[g], group_offsets[g+1]) — num_groups + 1 non-decreasing device ints.
+  const int* group_offsets = nullptr;
+  int total_rows = 0;
+  // masked layout: A is num_groups × capacity × K, C is num_groups × capacity × N;
+  // group g owns its first group_counts[g] rows (device ints in [0, capacity]).
+  const int* group_counts = nullptr;
+  int capacity = 0;
+
+  // Optional host copy of group_offsets (contiguous) or group_counts (masked). When given it is
+  // validated and used to choose the config; when absent the runtime copies the device array
+  // back (a synchronizing copy) unless trust_device_groups is set.
+  std::span<const int> host_groups{};
+  bool trust_device_groups = false;
+};
+
+enum class CacheOutcome { memory_hit, disk_hit, compiled };
+
+struct CompiledKernel {
+  KernelSpec spec;
+  Key128 cache_key;
+  std::string cubin;       // bytes of the ELF
+  std::string resources;   // ptxas report: registers, spills, shared memory
+  std::string source;      // generated translation unit
+  CacheOutcome outcome = CacheOutcome::compiled;  // how it was first obtained in this process
+  double compile_ms = 0;   // NVRTC wall time (0 on a hit)
+};
+
+class Runtime;
+
+// A kernel loaded on the runtime's device. Cheap to copy; valid while its Runtime lives.
+class Kernel {
+ public:
+  const KernelSpec& spec() const { return *spec_; }
+  // Validates args against the spec and launches on `stream` (asynchronous).
+  void launch(const GroupedGemmArgs& args, Stream stream) const;
+
+ private:
+  friend class Runtime;
+  Runtime* runtime_ = nullptr;
+  const KernelSpec* spec_ = nullptr;
+  void* function_ = nullptr;  // CUfunction
+};
+
+struct RuntimeOptions {
+  int device = 0;
+  bool line_info = false;  // compile with -lineinfo (for profilers and sanitizers)
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = {});  // needs a GPU; throws DriverError otherwise
+  static std::unique_ptr<Runtime> offline(const Arch& arch, RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const Arch& arch() const;
+  bool has_device() const;
+  int sm_count() const;           // 0 offline
+  std::string device_name() const;
+
+  // Builds (or fetches from memory/disk cache) the cubin for a spec. Thread-safe:
+  // concurrent calls for one spec compile it once.
+  std::shared_ptr<const CompiledKernel> compile(const KernelSpec& spec, CacheOutcome* outcome = nullptr);
+  Kernel kernel(const KernelSpec& spec);
+
+  // The config the runtime would choose for these arguments (see src/heuristics).
+  KernelSpec choose_spec(const GroupedGemmArgs& args) const;
+  void grouped_gemm(const GroupedGemmArgs& args, Stream stream);
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  Runtime(RuntimeOptions options, std::optional<Arch> offline_arch);
+  std::unique_ptr<Impl> impl_;
+  friend class Kernel;
+};
+
+}  // namespace moejit

@@ -1,0 +1,90 @@
+// KernelSpec: everything that decides a kernel binary, with one canonical text form.
+//
+//   family=portable,arch=sm_90a,layout=contiguous,a=bf16,b=bf16,c=bf16,acc=f32,
+//   tile=128x128x32,stages=4,warps=2x4,cluster=1x1,sched=static,fuse=none,act=none
+//
+// to_text() prints every field in that order; parse() accepts the fields in any order,
+// fills omitted ones with defaults, and rejects unknown fields or values with a SpecError
+// naming the field and the allowed values. validate() rejects combinations that cannot
+// build (tile too large for shared memory, BK not a multiple of the MMA's K, ...).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace moejit {
+
+enum class KernelFamily { portable, hopper };   // mma.sync + cp.async (sm_80+) | TMA + wgmma (sm_90a)
+enum class GroupLayout { contiguous, masked };  // values match kLayout* in kernel_templates
+enum class DType { bf16, f16, f32 };           // values match kBF16/kF16/kF32 in kernel_templates
+enum class Scheduler { static_persistent, dynamic };
+enum class Activation { none, silu, gelu, swiglu, swiglu_oai };
+
+// Compute capability, e.g. {9, 0, true} is sm_90a (arch-specific features: wgmma, setmaxnreg).
+struct Arch {
+  int major = 9;
+  int minor = 0;
+  bool arch_specific = false;
+  int sm() const { return major * 10 + minor; }
+  std::string to_text() const;                 // "sm_90a"
+  static Arch parse(std::string_view text);    // throws SpecError
+  bool operator==(const Arch&) const = default;
+};
+
+struct TileShape {
+  int m = 128, n = 128, k = 32;
+  bool operator==(const TileShape&) const = default;
+};
+
+struct Fusion {
+  bool gather_a = false;        // A rows read through a row-index array (permute_x)
+  bool scatter_c = false;       // C rows written through a row-index array (permute_y)
+  bool routing_weight = false;  // multiply each output row by its routing weight
+  bool bias = false;            // per-expert bias along N
+  Activation activation = Activation::none;
+  bool operator==(const Fusion&) const = default;
+  bool any() const { return gather_a || scatter_c || routing_weight || bias || activation != Activation::none; }
+};
+
+// 128-bit content key (XXH3-128); hex() is 32 lowercase hex digits.
+struct Key128 {
+  std::uint64_t hi = 0, lo = 0;
+  std::string hex() const;
+  bool operator==(const Key128&) const = default;
+};
+
+struct KernelSpec {
+  KernelFamily family = KernelFamily::portable;
+  Arch arch{};
+  GroupLayout layout = GroupLayout::contiguous;
+  DType a = DType::bf16, b = DType::bf16, c = DType::bf16, acc = DType::f32;
+  TileShape tile{};
+  int stages = 4;
+  int warps_m = 2, warps_n = 4;  // portable only: warp grid over the tile
+  int cluster_m = 1, cluster_n = 1;
+  Scheduler scheduler = Scheduler::static_persistent;
+  Fusion fusion{};
+
+  std::string to_text() const;
+  static KernelSpec parse(std::string_view text);  // throws SpecError
+  void validate() const;                           // throws SpecError
+  Key128 key() const;                              // XXH3-128 of to_text(); stable across versions
+
+  int threads_per_cta() const;
+  int dynamic_smem_bytes() const;  // mirrors smem_bytes<...>() of the kernel template
+  int min_ctas_per_sm() const;     // __launch_bounds__ minimum blocks (register budget)
+  bool operator==(const KernelSpec&) const = default;
+};
+
+// Shared memory a CTA may opt into on this arch (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+int max_dynamic_smem_bytes(const Arch& arch);
+
+std::string_view to_text(KernelFamily);
+std::string_view to_text(GroupLayout);
+std::string_view to_text(DType);
+std::string_view to_text(Scheduler);
+std::string_view to_text(Activation);
+int element_bytes(DType);
+
+}  // namespace moejit

@@ -1,0 +1,34 @@
+// The kernel ABI: the one struct every moejit kernel takes by value.
+// Included by NVRTC (device side) and by the host library (launcher side),
+// so both sides agree on the layout by construction. Plain C++ only: no CUDA headers.
+#pragma once
+
+namespace moejit {
+
+// Group layouts (values are part of the ABI; mirrored by moejit::GroupLayout on the host).
+//  contiguous: A is [total_rows, K]; group g owns rows [group_offsets[g], group_offsets[g+1]).
+//              C is [total_rows, N] with the same rows.
+//  masked:     A is [num_groups, capacity, K]; group g owns rows [0, group_counts[g]) of its slab.
+//              C is [num_groups, capacity, N]; rows past the count are never written.
+// B is always [num_groups, N, K], K contiguous (how MoE weights are stored).
+struct GroupedGemmParams {
+  const void* a;
+  const void* b;
+  void* c;
+  const int* group_offsets;  // contiguous: num_groups + 1 entries, non-decreasing
+  const int* group_counts;   // masked: num_groups entries, each in [0, capacity]
+  int* tile_counter;         // dynamic scheduler: one zeroed int per launch (the kernel resets it)
+  int num_groups;
+  int n;
+  int k;
+  int capacity;              // masked: rows per group slab
+  int total_rows;            // contiguous: rows of A and C; kernels clamp offsets to it
+  int reserved0;
+};
+
+// A 128-byte CUtensorMap as an opaque blob, so kernels need not include cuda.h.
+struct alignas(64) TmaDescriptor {
+  unsigned long long opaque[16];
+};
+
+}  // namespace moejit

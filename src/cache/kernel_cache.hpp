@@ -1,0 +1,52 @@
+// Stage 3: spec -> cubin, through an in-memory table, then the disk cache, then NVRTC.
+// Thread-safe; concurrent requests for one spec share a single compile.
+#pragma once
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "cache/disk_cache.hpp"
+#include "codegen/template_store.hpp"
+#include "compiler/nvrtc_compiler.hpp"
+#include "moejit/runtime.hpp"
+
+namespace moejit {
+
+// Everything that can change the cubin: moejit version, template bytes, rendered source,
+// NVRTC version, NVRTC options, arch.
+struct CacheKeyInputs {
+  std::string moejit_version;
+  Key128 templates_digest;
+  std::string source;
+  std::string nvrtc_version;
+  std::string options;  // joined with '\n'
+  std::string arch;
+  Key128 key() const;
+};
+
+class KernelCache {
+ public:
+  KernelCache(const TemplateStore& templates, NvrtcCompiler compiler, DiskCache disk);
+
+  // outcome (optional): how this call was served.
+  std::shared_ptr<const CompiledKernel> get(const KernelSpec& spec, CacheOutcome* outcome = nullptr);
+  CacheKeyInputs key_inputs(const KernelSpec& spec, const std::string& source) const;
+
+  const DiskCache& disk() const { return disk_; }
+  const NvrtcCompiler& compiler() const { return compiler_; }
+  const TemplateStore& templates() const { return templates_; }
+
+ private:
+  std::shared_ptr<const CompiledKernel> build(const KernelSpec& spec);
+
+  const TemplateStore& templates_;
+  NvrtcCompiler compiler_;
+  DiskCache disk_;
+  std::string nvrtc_version_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> memory_;
+};
+
+}  // namespace moejit

@@ -1,0 +1,268 @@
+// The moejit command line: inspect, compile, prewarm and manage the kernel cache.
+// Exit codes: 0 success, 1 a kernel failed or the cache holds bad entries, 2 bad usage.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "cache/kernel_cache.hpp"
+#include "cli/presets.hpp"
+#include "moejit/moejit.hpp"
+
+using namespace moejit;
+
+namespace {
+
+constexpr int kOk = 0, kFailed = 1, kUsage = 2;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const char* kMainHelp = R"(moejit — runtime-JIT grouped GEMM kernels for Mixture-of-Experts
+
+usage: moejit <command> [options]
+
+commands:
+  inspect SPEC      print the generated CUDA source of a kernel (--ptx, --resources)
+  compile SPEC...   compile kernels into the cache and report each outcome
+  prewarm           compile every kernel a model preset (or a file of specs) will use
+  cache ls|verify|clear|path
+                    list, check, empty or locate the on-disk kernel cache
+
+SPEC is the canonical text form, e.g.
+  family=portable,arch=sm_90a,layout=contiguous,a=bf16,b=bf16,c=bf16,tile=128x128x32,stages=4,warps=2x4
+(omitted fields take defaults). 'moejit <command> --help' describes each command.
+
+environment: MOEJIT_CACHE_DIR, MOEJIT_CACHE=off, MOEJIT_TEMPLATE_DIR, MOEJIT_PRESET_DIR, CUDA_HOME, MOEJIT_LOG=quiet|debug
+)";
+
+const char* kInspectHelp = R"(usage: moejit inspect SPEC [--ptx] [--resources]
+
+Prints the translation unit moejit generates for SPEC (its first line holds the
+canonical spec). --ptx prints the PTX instead; --resources compiles it and prints the
+ptxas report (registers, spills, shared memory) and the cache key.
+)";
+const char* kCompileHelp = R"(usage: moejit compile SPEC...
+
+Compiles each spec (or loads it from the cache) and prints one line per spec:
+outcome, milliseconds, cache key and spec. Exit code 1 if any fails.
+)";
+const char* kPrewarmHelp = R"(usage: moejit prewarm (--model NAME | --file FILE) [--arch sm_XX] [--sms N] [--jobs N]
+
+Compiles, in parallel, every kernel the runtime will request:
+  --model NAME   a preset from cache/presets (NAME.preset) or a path to a .preset file;
+                 the heuristic is run for each layer GEMM, token count, dtype and layout
+  --file FILE    one spec per line ('#' starts a comment)
+  --arch         target (default sm_90a); --sms: SM count the heuristic assumes (default 132)
+  --jobs         compile threads (default: the number of cores)
+Prints a progress line and how many kernels were built, hit in the cache or failed.
+Exit code 1 if any failed.
+)";
+const char* kCacheHelp = R"(usage: moejit cache ls|verify|clear|path
+
+  path    print the cache folder (MOEJIT_CACHE_DIR, $XDG_CACHE_HOME/moejit or ~/.cache/moejit)
+  ls      list entries: size, validity and spec
+  verify  check every entry (header, key, checksum); exit code 1 if any is bad
+  clear   delete every entry
+)";
+
+bool wants_help(const std::vector<std::string>& args) {
+  for (auto& a : args)
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
+
+std::unique_ptr<Runtime> offline_runtime(const Arch& arch) { return Runtime::offline(arch); }
+
+const char* outcome_text(CacheOutcome o) {
+  switch (o) {
+    case CacheOutcome::memory_hit: return "memory-hit";
+    case CacheOutcome::disk_hit: return "disk-hit";
+    case CacheOutcome::compiled: return "compiled";
+  }
+  return "?";
+}
+
+int cmd_inspect(const std::vector<std::string>& args) {
+  if (wants_help(args)) return fmt::print("{}", kInspectHelp), kOk;
+  std::string spec_text;
+  bool ptx = false, resources = false;
+  for (auto& a : args) {
+    if (a == "--ptx") ptx = true;
+    else if (a == "--resources") resources = true;
+    else if (a.starts_with("--")) throw UsageError(fmt::format("inspect: unknown option '{}'", a));
+    else if (spec_text.empty()) spec_text = a;
+    else throw UsageError("inspect: give one SPEC (quote it if it holds spaces)");
+  }
+  if (spec_text.empty()) throw UsageError("inspect: missing SPEC");
+  KernelSpec spec = KernelSpec::parse(spec_text);
+  const TemplateStore& templates = TemplateStore::current();
+  GeneratedSource source = generate_source(spec, templates);
+  if (ptx) {
+    fmt::print("{}", NvrtcCompiler().ptx(spec, source, templates));
+  } else if (resources) {
+    auto rt = offline_runtime(spec.arch);
+    auto k = rt->compile(spec);
+    fmt::print("spec: {}\ncache key: {}\ncubin: {} bytes\n{}", spec.to_text(), k->cache_key.hex(), k->cubin.size(), k->resources);
+  } else {
+    fmt::print("{}", source.source);
+  }
+  return kOk;
+}
+
+// Compiles specs on `jobs` threads; prints a progress line, then a summary. Returns failures.
+int compile_all(const std::vector<KernelSpec>& specs, int jobs, bool per_spec_lines) {
+  if (specs.empty()) return fmt::print("nothing to compile\n"), 0;
+  std::map<std::string, std::unique_ptr<Runtime>> runtimes;  // one per arch, shared by threads
+  for (auto& s : specs)
+    if (!runtimes.count(s.arch.to_text())) runtimes[s.arch.to_text()] = offline_runtime(s.arch);
+  std::atomic<std::size_t> next{0};
+  std::atomic<int> built{0}, hit{0}, failed{0};
+  std::mutex print_mutex;
+  auto start = std::chrono::steady_clock::now();
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < specs.size();) {
+      auto t0 = std::chrono::steady_clock::now();
+      std::string line;
+      try {
+        CacheOutcome outcome;
+        auto k = runtimes.at(specs[i].arch.to_text())->compile(specs[i], &outcome);
+        (outcome == CacheOutcome::compiled ? built : hit)++;
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        line = fmt::format("{:<10} {:8.1f} ms  {}  {}", outcome_text(outcome), ms, k->cache_key.hex(), specs[i].to_text());
+      } catch (const std::exception& e) {
+        failed++;
+        line = fmt::format("FAILED  {}\n{}", specs[i].to_text(), e.what());
+      }
+      std::lock_guard lock(print_mutex);
+      if (per_spec_lines || line.starts_with("FAILED")) fmt::print("\r{}\n", line);
+      fmt::print(stderr, "\r[{}/{}] built {} hit {} failed {}", built + hit + failed, specs.size(), built.load(),
+                 hit.load(), failed.load());
+      std::fflush(stderr);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::max(1, std::min<int>(jobs, (int)specs.size())); ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print(stderr, "\n");
+  fmt::print("{} kernels: {} built, {} hit, {} failed in {:.2f} s (cache: {})\n", specs.size(), built.load(), hit.load(),
+             failed.load(), s, DiskCache(DiskCache::default_dir()).enabled() ? DiskCache::default_dir() : "off");
+  return failed;
+}
+
+int cmd_compile(const std::vector<std::string>& args) {
+  if (wants_help(args)) return fmt::print("{}", kCompileHelp), kOk;
+  if (args.empty()) throw UsageError("compile: missing SPEC");
+  std::vector<KernelSpec> specs;
+  for (auto& a : args) {
+    if (a.starts_with("--")) throw UsageError(fmt::format("compile: unknown option '{}'", a));
+    specs.push_back(KernelSpec::parse(a));
+    specs.back().validate();
+  }
+  return compile_all(specs, (int)std::thread::hardware_concurrency(), true) ? kFailed : kOk;
+}
+
+int cmd_prewarm(const std::vector<std::string>& args) {
+  if (wants_help(args)) return fmt::print("{}", kPrewarmHelp), kOk;
+  std::string model, file;
+  Arch arch{9, 0, true};
+  int sms = 132, jobs = (int)std::max(1u, std::thread::hardware_concurrency());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(fmt::format("prewarm: {} needs a value", args[i]));
+      return args[++i];
+    };
+    auto number = [&](const std::string& v) {
+      try {
+        return std::stoi(v);
+      } catch (...) {
+        throw UsageError(fmt::format("prewarm: '{}' is not a number", v));
+      }
+    };
+    if (args[i] == "--model" || args[i] == "--preset") model = value();
+    else if (args[i] == "--file") file = value();
+    else if (args[i] == "--arch") arch = Arch::parse(value());
+    else if (args[i] == "--sms") sms = number(value());
+    else if (args[i] == "--jobs") jobs = number(value());
+    else throw UsageError(fmt::format("prewarm: unknown argument '{}'", args[i]));
+  }
+  if (model.empty() == file.empty()) throw UsageError("prewarm: give exactly one of --model NAME or --file FILE");
+  std::vector<KernelSpec> specs;
+  if (!model.empty()) {
+    specs = preset_specs(load_preset(model), arch, sms);
+  } else {
+    std::ifstream in(file);
+    if (!in) throw UsageError(fmt::format("prewarm: cannot read '{}'", file));
+    for (std::string line; std::getline(in, line);) {
+      if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      specs.push_back(KernelSpec::parse(line));
+      specs.back().validate();
+    }
+  }
+  return compile_all(specs, jobs, false) ? kFailed : kOk;
+}
+
+int cmd_cache(const std::vector<std::string>& args) {
+  if (args.empty() || wants_help(args)) return fmt::print("{}", kCacheHelp), args.empty() ? kUsage : kOk;
+  DiskCache cache(DiskCache::default_dir());
+  if (args.size() > 1) throw UsageError("cache: takes one subcommand");
+  const std::string& sub = args[0];
+  if (sub == "path") {
+    fmt::print("{}\n", cache.enabled() ? cache.dir() : "(disabled: MOEJIT_CACHE=off)");
+    return kOk;
+  }
+  if (sub == "ls" || sub == "verify") {
+    int bad = 0;
+    auto entries = cache.list();
+    for (auto& e : entries) {
+      bad += !e.valid;
+      if (sub == "ls" || !e.valid)
+        fmt::print("{:>9}  {:<5}  {}  {}\n", e.bytes, e.valid ? "ok" : "BAD", e.path, e.valid ? e.spec_text : e.problem);
+    }
+    fmt::print("{} entries, {} bad, in {}\n", entries.size(), bad, cache.dir());
+    return bad && sub == "verify" ? kFailed : kOk;
+  }
+  if (sub == "clear") {
+    fmt::print("removed {} files from {}\n", cache.clear(), cache.dir());
+    return kOk;
+  }
+  throw UsageError(fmt::format("cache: unknown subcommand '{}' (ls|verify|clear|path)", sub));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return fmt::print(stderr, "{}", kMainHelp), kUsage;
+  std::string command = args[0];
+  args.erase(args.begin());
+  try {
+    if (command == "--help" || command == "-h" || command == "help") return fmt::print("{}", kMainHelp), kOk;
+    if (command == "inspect") return cmd_inspect(args);
+    if (command == "compile") return cmd_compile(args);
+    if (command == "prewarm") return cmd_prewarm(args);
+    if (command == "cache") return cmd_cache(args);
+    throw UsageError(fmt::format("unknown command '{}'", command));
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "moejit: {}\nrun 'moejit --help' for usage\n", e.what());
+    return kUsage;
+  } catch (const SpecError& e) {
+    fmt::print(stderr, "moejit: {}\n", e.what());
+    return kUsage;
+  } catch (const InvalidArgument& e) {
+    fmt::print(stderr, "moejit: {}\n", e.what());
+    return kUsage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "moejit: {}\n", e.what());
+    return kFailed;
+  }
+}

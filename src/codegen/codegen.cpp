@@ -1,0 +1,42 @@
+#include "codegen/codegen.hpp"
+
+#include <fmt/format.h>
+
+namespace moejit {
+namespace {
+
+// Template-parameter spellings of the ABI enums in kernel_templates/moejit/common/*.cuh.
+const char* dtype_code(DType t) {
+  switch (t) {
+    case DType::bf16: return "moejit::kBF16";
+    case DType::f16: return "moejit::kF16";
+    case DType::f32: return "moejit::kF32";
+  }
+  return "?";
+}
+const char* layout_code(GroupLayout l) {
+  return l == GroupLayout::contiguous ? "moejit::kLayoutContiguous" : "moejit::kLayoutMasked";
+}
+const char* scheduler_code(Scheduler s) {
+  return s == Scheduler::static_persistent ? "moejit::kSchedulerStatic" : "moejit::kSchedulerDynamic";
+}
+
+}  // namespace
+
+GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& templates) {
+  spec.validate();
+  const char* instantiation =
+      spec.family == KernelFamily::hopper ? "hopper_grouped_gemm.cu.in" : "portable_grouped_gemm.cu.in";
+  GeneratedSource out;
+  out.file_name = fmt::format("moejit_{}.cu", spec.key().hex());
+  out.source = fmt::format(
+      fmt::runtime(templates.file(instantiation)), fmt::arg("spec", spec.to_text()), fmt::arg("block_m", spec.tile.m),
+      fmt::arg("block_n", spec.tile.n), fmt::arg("block_k", spec.tile.k), fmt::arg("stages", spec.stages),
+      fmt::arg("warps_m", spec.warps_m), fmt::arg("warps_n", spec.warps_n), fmt::arg("type_ab", dtype_code(spec.a)),
+      fmt::arg("type_c", dtype_code(spec.c)), fmt::arg("layout", layout_code(spec.layout)),
+      fmt::arg("scheduler", scheduler_code(spec.scheduler)), fmt::arg("smem_bytes", spec.dynamic_smem_bytes()),
+      fmt::arg("threads", spec.threads_per_cta()), fmt::arg("min_ctas", spec.min_ctas_per_sm()));
+  return out;
+}
+
+}  // namespace moejit

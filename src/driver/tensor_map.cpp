@@ -1,0 +1,28 @@
+#include "driver/tensor_map.hpp"
+
+#include <cstring>
+
+#include "driver/driver_api.hpp"
+
+namespace moejit {
+
+static_assert(sizeof(TmaDescriptor) == sizeof(CUtensorMap), "TmaDescriptor must mirror CUtensorMap");
+
+TmaDescriptor make_tma_2d_swizzled(const void* base, DType type, std::uint64_t rows, std::uint64_t cols,
+                                   std::uint32_t box_rows, std::uint32_t box_cols) {
+  CUtensorMap map;
+  cuuint64_t dims[2] = {cols, rows};
+  cuuint64_t strides[1] = {cols * static_cast<cuuint64_t>(element_bytes(type))};
+  cuuint32_t box[2] = {box_cols, box_rows};
+  cuuint32_t element_strides[2] = {1, 1};
+  CUtensorMapDataType data_type =
+      type == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  MOEJIT_CU(driver().cuTensorMapEncodeTiled(&map, data_type, 2, const_cast<void*>(base), dims, strides, box,
+                                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  TmaDescriptor out;
+  std::memcpy(&out, &map, sizeof out);
+  return out;
+}
+
+}  // namespace moejit

@@ -1,0 +1,29 @@
+// Config choice, kept apart from kernels and runtime: (problem, device) -> KernelSpec.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "moejit/spec.hpp"
+
+namespace moejit {
+
+struct GemmProblem {
+  GroupLayout layout = GroupLayout::contiguous;
+  DType ab_type = DType::bf16;
+  DType c_type = DType::bf16;
+  int num_groups = 0;
+  int n = 0;
+  int k = 0;
+  long long total_rows = 0;       // contiguous: ΣM; masked: an estimate of valid rows if known, else capacity × groups
+  std::span<const int> group_rows;  // per-group valid rows when known (may be empty)
+};
+
+// Chooses family, tile, stages and scheduler for the arch. Documented in docs/design.md.
+KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_count);
+
+}  // namespace moejit
+
+namespace moejit {
+// Every spec choose_spec can return on `arch` (CI compiles each of them with NVRTC).
+std::vector<KernelSpec> heuristic_candidates(const Arch& arch);
+}  // namespace moejit

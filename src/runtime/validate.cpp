@@ -1,0 +1,82 @@
+#include "runtime/validate.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include "moejit/errors.hpp"
+
+namespace moejit {
+namespace {
+
+template <typename... Args>
+[[noreturn]] void bad(fmt::format_string<Args...> format, Args&&... args) {
+  throw InvalidArgument("grouped_gemm: " + fmt::format(format, std::forward<Args>(args)...));
+}
+
+void check_pointer(const void* p, const char* name, std::uintptr_t alignment) {
+  if (!p) bad("{} is null", name);
+  if (reinterpret_cast<std::uintptr_t>(p) % alignment)
+    bad("{}={} is not {}-byte aligned", name, p, alignment);
+}
+
+}  // namespace
+
+void validate_args(const GroupedGemmArgs& a) {
+  if (a.ab_type != DType::bf16 && a.ab_type != DType::f16) bad("ab_type={} (expected bf16 or f16)", to_text(a.ab_type));
+  check_pointer(a.a, "a", 16);
+  check_pointer(a.b, "b", 16);
+  check_pointer(a.c, "c", 16);
+  if (a.num_groups < 1) bad("num_groups={} (expected at least 1)", a.num_groups);
+  if (a.num_groups > (1 << 20)) bad("num_groups={} (at most {} supported)", a.num_groups, 1 << 20);
+  if (a.n < 1 || a.n % 8) bad("n={} (expected a positive multiple of 8: rows of B and C are read in 16-byte pieces)", a.n);
+  if (a.k < 1 || a.k % 8) bad("k={} (expected a positive multiple of 8: rows of A and B are read in 16-byte pieces)", a.k);
+  long long rows = 0;
+  if (a.layout == GroupLayout::contiguous) {
+    check_pointer(a.group_offsets, "group_offsets", 4);
+    if (a.total_rows < 0) bad("total_rows={} (expected >= 0)", a.total_rows);
+    rows = a.total_rows;
+  } else {
+    check_pointer(a.group_counts, "group_counts", 4);
+    if (a.capacity < 1) bad("capacity={} (expected >= 1 rows per group in the masked layout)", a.capacity);
+    rows = static_cast<long long>(a.capacity) * a.num_groups;
+    if (rows > INT32_MAX) bad("capacity × num_groups = {} rows (at most {})", rows, INT32_MAX);
+  }
+  // Element offsets are 64-bit in the kernels, row indices 32-bit.
+  if (static_cast<long long>(a.num_groups) * a.n > INT32_MAX)
+    bad("num_groups × n = {} rows of B (at most {})", static_cast<long long>(a.num_groups) * a.n, INT32_MAX);
+  (void)rows;
+}
+
+void validate_args_match_spec(const GroupedGemmArgs& a, const KernelSpec& spec) {
+  if (a.layout != spec.layout)
+    bad("layout={} but the kernel was built for layout={}", to_text(a.layout), to_text(spec.layout));
+  if (a.ab_type != spec.a) bad("ab_type={} but the kernel was built for a={}", to_text(a.ab_type), to_text(spec.a));
+  if (a.c_type != spec.c) bad("c_type={} but the kernel was built for c={}", to_text(a.c_type), to_text(spec.c));
+}
+
+void validate_groups(const GroupedGemmArgs& a, const std::vector<int>& g) {
+  if (a.layout == GroupLayout::contiguous) {
+    if (g.size() != static_cast<std::size_t>(a.num_groups) + 1)
+      bad("host_groups has {} entries (expected num_groups + 1 = {} offsets)", g.size(), a.num_groups + 1);
+    if (g[0] < 0) bad("group_offsets[0]={} is negative", g[0]);
+    for (int i = 0; i < a.num_groups; ++i)
+      if (g[i + 1] < g[i]) bad("group_offsets are not monotonic: group_offsets[{}]={} < group_offsets[{}]={}", i + 1, g[i + 1], i, g[i]);
+    if (g.back() > a.total_rows)
+      bad("group_offsets[{}]={} is past the end of A (total_rows={})", a.num_groups, g.back(), a.total_rows);
+  } else {
+    if (g.size() != static_cast<std::size_t>(a.num_groups))
+      bad("host_groups has {} entries (expected num_groups = {} counts)", g.size(), a.num_groups);
+    for (int i = 0; i < a.num_groups; ++i)
+      if (g[i] < 0 || g[i] > a.capacity) bad("group_counts[{}]={} (expected 0..capacity={})", i, g[i], a.capacity);
+  }
+}
+
+std::vector<int> group_rows_from(const GroupedGemmArgs& a, const std::vector<int>& g) {
+  if (a.layout == GroupLayout::masked) return g;
+  std::vector<int> rows(a.num_groups);
+  for (int i = 0; i < a.num_groups; ++i) rows[i] = g[i + 1] - g[i];
+  return rows;
+}
+
+}  // namespace moejit

@@ -1,0 +1,264 @@
+// Canonical text form, parser, validation and key of KernelSpec.
+#include "moejit/spec.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <vector>
+
+#include "moejit/errors.hpp"
+#include "util/hash.hpp"
+
+namespace moejit {
+namespace {
+
+template <typename Enum, std::size_t N>
+struct EnumNames {
+  std::array<std::pair<Enum, std::string_view>, N> names;
+
+  std::string_view text(Enum value) const {
+    for (auto& [e, s] : names)
+      if (e == value) return s;
+    return "?";
+  }
+  std::string allowed() const {
+    std::string out;
+    for (auto& [e, s] : names) out += (out.empty() ? "" : "|") + std::string(s);
+    return out;
+  }
+  Enum parse(std::string_view field, std::string_view value) const {
+    for (auto& [e, s] : names)
+      if (s == value) return e;
+    throw SpecError(fmt::format("spec field '{}': unknown value '{}' (allowed: {})", field, value, allowed()));
+  }
+};
+
+constexpr EnumNames<KernelFamily, 2> kFamilies{{{{KernelFamily::portable, "portable"}, {KernelFamily::hopper, "hopper"}}}};
+constexpr EnumNames<GroupLayout, 2> kLayouts{{{{GroupLayout::contiguous, "contiguous"}, {GroupLayout::masked, "masked"}}}};
+constexpr EnumNames<DType, 3> kDTypes{{{{DType::bf16, "bf16"}, {DType::f16, "f16"}, {DType::f32, "f32"}}}};
+constexpr EnumNames<Scheduler, 2> kSchedulers{{{{Scheduler::static_persistent, "static"}, {Scheduler::dynamic, "dynamic"}}}};
+constexpr EnumNames<Activation, 5> kActivations{{{{Activation::none, "none"},
+                                                  {Activation::silu, "silu"},
+                                                  {Activation::gelu, "gelu"},
+                                                  {Activation::swiglu, "swiglu"},
+                                                  {Activation::swiglu_oai, "swiglu_oai"}}}};
+
+int parse_int(std::string_view field, std::string_view text) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty())
+    throw SpecError(fmt::format("spec field '{}': '{}' is not an integer", field, text));
+  return value;
+}
+
+// "128x64x32" -> {128, 64, 32}; `count` parts expected.
+std::vector<int> parse_dims(std::string_view field, std::string_view text, std::size_t count, std::string_view form) {
+  std::vector<int> dims;
+  std::size_t start = 0;
+  while (true) {
+    auto x = text.find('x', start);
+    dims.push_back(parse_int(field, text.substr(start, x == std::string_view::npos ? x : x - start)));
+    if (x == std::string_view::npos) break;
+    start = x + 1;
+  }
+  if (dims.size() != count) throw SpecError(fmt::format("spec field '{}': '{}' is not of the form {}", field, text, form));
+  return dims;
+}
+
+std::string fusion_text(const Fusion& f) {
+  std::string out;
+  auto add = [&](bool on, const char* name) {
+    if (on) out += (out.empty() ? "" : "+") + std::string(name);
+  };
+  add(f.gather_a, "gather");
+  add(f.scatter_c, "scatter");
+  add(f.routing_weight, "weight");
+  add(f.bias, "bias");
+  return out.empty() ? "none" : out;
+}
+
+void parse_fusion(std::string_view value, Fusion& f) {
+  f.gather_a = f.scatter_c = f.routing_weight = f.bias = false;
+  if (value == "none") return;
+  std::size_t start = 0;
+  while (start <= value.size()) {
+    auto plus = value.find('+', start);
+    auto item = value.substr(start, plus == std::string_view::npos ? plus : plus - start);
+    if (item == "gather") f.gather_a = true;
+    else if (item == "scatter") f.scatter_c = true;
+    else if (item == "weight") f.routing_weight = true;
+    else if (item == "bias") f.bias = true;
+    else throw SpecError(fmt::format("spec field 'fuse': unknown fusion '{}' (allowed: none or a '+'-joined set of gather|scatter|weight|bias)", item));
+    if (plus == std::string_view::npos) break;
+    start = plus + 1;
+  }
+}
+
+}  // namespace
+
+std::string_view to_text(KernelFamily v) { return kFamilies.text(v); }
+std::string_view to_text(GroupLayout v) { return kLayouts.text(v); }
+std::string_view to_text(DType v) { return kDTypes.text(v); }
+std::string_view to_text(Scheduler v) { return kSchedulers.text(v); }
+std::string_view to_text(Activation v) { return kActivations.text(v); }
+int element_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+
+std::string Arch::to_text() const { return fmt::format("sm_{}{}{}", major, minor, arch_specific ? "a" : ""); }
+
+Arch Arch::parse(std::string_view text) {
+  static constexpr std::string_view kAllowed = "sm_80|sm_86|sm_89|sm_90|sm_90a";
+  if (text == "sm_80") return {8, 0, false};
+  if (text == "sm_86") return {8, 6, false};
+  if (text == "sm_89") return {8, 9, false};
+  if (text == "sm_90") return {9, 0, false};
+  if (text == "sm_90a") return {9, 0, true};
+  throw SpecError(fmt::format("spec field 'arch': unknown value '{}' (allowed: {})", text, kAllowed));
+}
+
+int max_dynamic_smem_bytes(const Arch& arch) {
+  // cudaDevAttrMaxSharedMemoryPerBlockOptin per compute capability (CUDA programming guide).
+  switch (arch.sm()) {
+    case 80: return 163 * 1024;
+    case 86:
+    case 89: return 99 * 1024;
+    case 90: return 227 * 1024;
+    default: return 48 * 1024;
+  }
+}
+
+std::string Key128::hex() const { return fmt::format("{:016x}{:016x}", hi, lo); }
+
+std::string KernelSpec::to_text() const {
+  std::string out = fmt::format("family={},arch={},layout={},a={},b={},c={},acc={},tile={}x{}x{},stages={}",
+                                moejit::to_text(family), arch.to_text(), moejit::to_text(layout), moejit::to_text(a),
+                                moejit::to_text(b), moejit::to_text(c), moejit::to_text(acc), tile.m, tile.n, tile.k, stages);
+  if (family == KernelFamily::portable) out += fmt::format(",warps={}x{}", warps_m, warps_n);
+  out += fmt::format(",cluster={}x{},sched={},fuse={},act={}", cluster_m, cluster_n, moejit::to_text(scheduler),
+                     fusion_text(fusion), moejit::to_text(fusion.activation));
+  return out;
+}
+
+KernelSpec KernelSpec::parse(std::string_view text) {
+  // Split on ',' and whitespace into key=value items.
+  std::map<std::string, std::string, std::less<>> fields;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ',' || std::isspace(static_cast<unsigned char>(text[i])))) ++i;
+    std::size_t j = i;
+    while (j < text.size() && text[j] != ',' && !std::isspace(static_cast<unsigned char>(text[j]))) ++j;
+    if (j > i) {
+      auto item = text.substr(i, j - i);
+      auto eq = item.find('=');
+      if (eq == std::string_view::npos || eq == 0)
+        throw SpecError(fmt::format("spec: '{}' is not a field=value pair", item));
+      std::string name(item.substr(0, eq));
+      if (!fields.emplace(name, std::string(item.substr(eq + 1))).second)
+        throw SpecError(fmt::format("spec field '{}' is given twice", name));
+    }
+    i = j;
+  }
+  if (fields.empty()) throw SpecError("spec: empty text (expected field=value pairs, e.g. family=portable,arch=sm_80)");
+
+  KernelSpec s;
+  auto take = [&](std::string_view name) -> const std::string* {
+    auto it = fields.find(name);
+    return it == fields.end() ? nullptr : &it->second;
+  };
+  if (auto v = take("family")) s.family = kFamilies.parse("family", *v);
+  if (auto v = take("arch")) s.arch = Arch::parse(*v);
+  if (s.family == KernelFamily::hopper) {
+    // Defaults that make a bare "family=hopper" a valid spec.
+    if (!take("arch")) s.arch = {9, 0, true};
+    s.tile = {128, 128, 64};
+  }
+  if (auto v = take("layout")) s.layout = kLayouts.parse("layout", *v);
+  if (auto v = take("a")) s.a = kDTypes.parse("a", *v);
+  if (auto v = take("b")) s.b = kDTypes.parse("b", *v);
+  if (auto v = take("c")) s.c = kDTypes.parse("c", *v);
+  if (auto v = take("acc")) s.acc = kDTypes.parse("acc", *v);
+  if (auto v = take("tile")) {
+    auto d = parse_dims("tile", *v, 3, "MxNxK, e.g. 128x128x32");
+    s.tile = {d[0], d[1], d[2]};
+  }
+  if (auto v = take("stages")) s.stages = parse_int("stages", *v);
+  if (auto v = take("warps")) {
+    if (s.family != KernelFamily::portable)
+      throw SpecError("spec field 'warps' applies to family=portable only (hopper uses one producer and two consumer warpgroups)");
+    auto d = parse_dims("warps", *v, 2, "MxN, e.g. 2x4");
+    s.warps_m = d[0];
+    s.warps_n = d[1];
+  }
+  if (auto v = take("cluster")) {
+    auto d = parse_dims("cluster", *v, 2, "MxN, e.g. 1x1");
+    s.cluster_m = d[0];
+    s.cluster_n = d[1];
+  }
+  if (auto v = take("sched")) s.scheduler = kSchedulers.parse("sched", *v);
+  if (auto v = take("fuse")) parse_fusion(*v, s.fusion);
+  if (auto v = take("act")) s.fusion.activation = kActivations.parse("act", *v);
+
+  static constexpr std::array<std::string_view, 14> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
+                                                              "tile",   "stages", "warps", "cluster", "sched", "fuse", "act"};
+  for (auto& [name, value] : fields)
+    if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end())
+      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act)", name));
+  return s;
+}
+
+int KernelSpec::threads_per_cta() const {
+  return family == KernelFamily::hopper ? 384 : 32 * warps_m * warps_n;
+}
+
+int KernelSpec::dynamic_smem_bytes() const {
+  // Must equal smem_bytes<...>() in the kernel template; the generated source static_asserts it.
+  if (family == KernelFamily::hopper) return stages * (tile.m + tile.n) * 64 * 2 + 1024;
+  // Portable: the cp.async ring (rows padded by 16 bytes against bank conflicts), reused by
+  // the epilogue to stage C for 16-byte stores.
+  int ring = stages * (tile.m + tile.n) * (tile.k + 8) * 2;
+  int staging = tile.m * (tile.n + 8) * element_bytes(c);
+  return std::max(ring, staging);
+}
+
+int KernelSpec::min_ctas_per_sm() const {
+  // Measured on the H100 (docs/perf.md): 128x128 tiles with 8 warps run 10-30% faster with
+  // two CTAs per SM (registers capped at 128, no spills at BK=32).
+  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32) return 2;
+  return 1;
+}
+
+void KernelSpec::validate() const {
+  auto fail = [&](const char* format, auto&&... args) {
+    throw SpecError(fmt::format("invalid spec {}: {}", to_text(), fmt::format(fmt::runtime(format), args...)));
+  };
+  if (a != DType::bf16 && a != DType::f16) fail("a={} (allowed: bf16|f16)", moejit::to_text(a));
+  if (b != a) fail("b={} must equal a={} (mixed-input kernels come with the quant formats)", moejit::to_text(b), moejit::to_text(a));
+  if (acc != DType::f32) fail("acc={} (allowed: f32)", moejit::to_text(acc));
+  if (stages < 2 || stages > 8) fail("stages={} (allowed: 2..8)", stages);
+  if (fusion.any()) fail("fusions (fuse={}, act={}) are not implemented yet", fusion_text(fusion), moejit::to_text(fusion.activation));
+  if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (only 1x1 is implemented)", cluster_m, cluster_n);
+
+  if (family == KernelFamily::portable) {
+    if (arch.sm() < 80) fail("arch={} (portable family needs sm_80 or newer)", arch.to_text());
+    if (warps_m < 1 || warps_n < 1 || warps_m * warps_n > 16)
+      fail("warps={}x{} (each at least 1, at most 16 warps in all)", warps_m, warps_n);
+    if (tile.k != 32 && tile.k != 64) fail("tile K={} (allowed: 32|64, multiples of the MMA's K=16)", tile.k);
+    if (tile.m % (16 * warps_m) != 0) fail("tile M={} is not a multiple of 16 × warps_m={}", tile.m, warps_m);
+    if (tile.n % (16 * warps_n) != 0) fail("tile N={} is not a multiple of 16 × warps_n={}", tile.n, warps_n);
+    if (tile.m > 256 || tile.n > 256) fail("tile {}x{} larger than 256 on a side", tile.m, tile.n);
+  } else {
+    if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
+    if (tile.m != 64 && tile.m != 128) fail("tile M={} (allowed: 64|128)", tile.m);
+    if (tile.n % 64 != 0 || tile.n < 64 || tile.n > 256) fail("tile N={} (allowed: 64|128|192|256)", tile.n);
+    if (tile.k != 64) fail("tile K={} (allowed: 64, one 128-byte swizzle row of 16-bit elements)", tile.k);
+  }
+  int smem = dynamic_smem_bytes();
+  if (smem > max_dynamic_smem_bytes(arch))
+    fail("needs {} bytes of shared memory; {} allows {} per block (fewer stages or a smaller tile)", smem, arch.to_text(),
+         max_dynamic_smem_bytes(arch));
+}
+
+Key128 KernelSpec::key() const { return xxh3_128(to_text()); }
+
+}  // namespace moejit

@@ -1,0 +1,152 @@
+// A grouped GEMM problem on the host and the device, with an FP64 CPU reference.
+#pragma once
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "driver/driver_api.hpp"
+#include "moejit/formats.hpp"
+#include "moejit/runtime.hpp"
+
+namespace moejit::test {
+
+struct GroupedProblem {
+  GroupLayout layout = GroupLayout::contiguous;
+  DType ab = DType::bf16, c = DType::bf16;
+  int groups = 0, n = 0, k = 0;
+  std::vector<int> rows_of;   // valid rows per group
+  std::vector<int> offsets;   // contiguous: groups + 1 (offsets[0] may be > 0: leading rows untouched)
+  int total_rows = 0;         // rows of A and C (contiguous) or groups × capacity (masked)
+  int capacity = 0;
+  std::vector<std::uint16_t> a, b;
+  DeviceBuffer d_a, d_b, d_c, d_groups;
+
+  std::size_t c_bytes() const { return (std::size_t)total_rows * n * element_bytes(c); }
+  float to_float(std::uint16_t v) const { return ab == DType::bf16 ? bf16_to_float(v) : f16_to_float(v); }
+  std::uint16_t from_float(float v) const { return ab == DType::bf16 ? float_to_bf16(v) : float_to_f16(v); }
+
+  // Fresh random data (never zeros); contiguous rows before the first group and after the
+  // last are left out of every group so that writing them is caught.
+  void fill(std::mt19937& rng, int lead_rows = 3, int tail_rows = 5) {
+    std::normal_distribution<float> normal(0.f, 1.f);
+    if (layout == GroupLayout::contiguous) {
+      offsets.assign(1, lead_rows);
+      for (int r : rows_of) offsets.push_back(offsets.back() + r);
+      total_rows = offsets.back() + tail_rows;
+    } else {
+      total_rows = groups * capacity;
+    }
+    a.resize((std::size_t)total_rows * k);
+    b.resize((std::size_t)groups * n * k);
+    for (auto& v : a) v = from_float(normal(rng));
+    for (auto& v : b) v = from_float(normal(rng) * 0.1f);
+    d_a = DeviceBuffer(std::max<std::size_t>(a.size() * 2, 16));
+    d_b = DeviceBuffer(b.size() * 2);
+    d_c = DeviceBuffer(std::max<std::size_t>(c_bytes(), 16));
+    d_a.upload(a.data(), a.size() * 2);
+    d_b.upload(b.data(), b.size() * 2);
+    const std::vector<int>& g = layout == GroupLayout::contiguous ? offsets : rows_of;
+    d_groups = DeviceBuffer(g.size() * sizeof(int));
+    d_groups.upload(g.data(), g.size() * sizeof(int));
+  }
+
+  GroupedGemmArgs args() const {
+    GroupedGemmArgs x;
+    x.layout = layout;
+    x.ab_type = ab;
+    x.c_type = c;
+    x.a = d_a.get();
+    x.b = d_b.get();
+    x.c = d_c.get();
+    x.num_groups = groups;
+    x.n = n;
+    x.k = k;
+    if (layout == GroupLayout::contiguous) {
+      x.group_offsets = static_cast<const int*>(d_groups.get());
+      x.total_rows = total_rows;
+      x.host_groups = offsets;
+    } else {
+      x.group_counts = static_cast<const int*>(d_groups.get());
+      x.capacity = capacity;
+      x.host_groups = rows_of;
+    }
+    return x;
+  }
+
+  // Output poisoned with 0xFF bytes: NaN in every float type, so an unwritten element fails.
+  void poison() const { MOEJIT_CU(driver().cuMemsetD8(d_c.ptr(), 0xFF, c_bytes())); }
+
+  // Row of A/C where group g starts.
+  int row_begin(int g) const { return layout == GroupLayout::contiguous ? offsets[g] : g * capacity; }
+
+  std::vector<double> reference() const {
+    std::vector<double> ref((std::size_t)total_rows * n, std::nan(""));
+    std::vector<float> af(a.size()), bf(b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) af[i] = to_float(a[i]);
+    for (std::size_t i = 0; i < b.size(); ++i) bf[i] = to_float(b[i]);
+    auto work = [&](int g) {
+      for (int r = 0; r < rows_of[g]; ++r) {
+        const float* arow = &af[(std::size_t)(row_begin(g) + r) * k];
+        for (int j = 0; j < n; ++j) {
+          const float* brow = &bf[((std::size_t)g * n + j) * k];
+          double s = 0;
+          for (int q = 0; q < k; ++q) s += (double)arow[q] * brow[q];
+          ref[(std::size_t)(row_begin(g) + r) * n + j] = s;
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned t = 0; t < workers; ++t)
+      threads.emplace_back([&, t] {
+        for (int g = (int)t; g < groups; g += (int)workers) work(g);
+      });
+    for (auto& t : threads) t.join();
+    return ref;
+  }
+
+  struct Check {
+    double rel_err = 0;
+    long nan_in_groups = 0;      // NaN (or unwritten poison) where a result belongs
+    long written_outside = 0;    // elements outside every group that lost their poison
+  };
+
+  Check check() const {
+    std::vector<double> ref = reference();
+    std::vector<char> raw(c_bytes());
+    d_c.download(raw.data(), raw.size());
+    Check out;
+    double err2 = 0, ref2 = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      double got;
+      bool poison_intact;
+      if (c == DType::f32) {
+        float f;
+        std::memcpy(&f, &raw[i * 4], 4);
+        got = f;
+        std::uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        poison_intact = bits == 0xFFFFFFFFu;
+      } else {
+        std::uint16_t h;
+        std::memcpy(&h, &raw[i * 2], 2);
+        got = c == DType::bf16 ? bf16_to_float(h) : f16_to_float(h);
+        poison_intact = h == 0xFFFF;
+      }
+      if (std::isnan(ref[i])) {
+        out.written_outside += !poison_intact;
+      } else if (std::isnan(got)) {
+        out.nan_in_groups++;
+      } else {
+        err2 += (got - ref[i]) * (got - ref[i]);
+        ref2 += ref[i] * ref[i];
+      }
+    }
+    out.rel_err = ref2 > 0 ? std::sqrt(err2 / ref2) : 0;
+    return out;
+  }
+};
+
+}  // namespace moejit::test

@@ -1,0 +1,118 @@
+// The moejit command line: exit codes, output, prewarm hits, concurrent writers.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+
+#include "test_support.hpp"
+
+using namespace moejit::test;
+
+namespace {
+struct Result {
+  int code;
+  std::string out;
+};
+
+// Runs the CLI with a private cache folder; stdout and stderr together.
+Result cli(const std::string& args, const std::string& cache_dir) {
+  std::string cmd = fmt::format("MOEJIT_CACHE_DIR='{}' '{}' {} 2>&1", cache_dir, MOEJIT_CLI_PATH, args);
+  Result r{0, ""};
+  FILE* pipe = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, pipe)) r.out.append(buf, n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const char* kSmallSpec = "'family=portable,arch=sm_80,tile=64x64x32,stages=2,warps=2x2'";
+}  // namespace
+
+TEST_CASE("cli: help and usage errors", "[cli]") {
+  TempDir dir;
+  CHECK(cli("--help", dir.str()).code == 0);
+  for (auto sub : {"inspect", "compile", "prewarm", "cache"}) {
+    auto r = cli(fmt::format("{} --help", sub), dir.str());
+    CHECK(r.code == 0);
+    CHECK(r.out.find("usage: moejit") != std::string::npos);
+  }
+  CHECK(cli("", dir.str()).code == 2);
+  CHECK(cli("frobnicate", dir.str()).code == 2);
+  CHECK(cli("inspect", dir.str()).code == 2);
+  auto bad = cli("inspect 'family=portable,tile=99x1x1'", dir.str());
+  CHECK(bad.code == 2);
+  CHECK(bad.out.find("tile") != std::string::npos);
+  CHECK(cli("inspect layout=ragged", dir.str()).code == 2);
+  CHECK(cli("prewarm", dir.str()).code == 2);
+  CHECK(cli("prewarm --model no-such-model", dir.str()).code == 2);
+  CHECK(cli("cache frob", dir.str()).code == 2);
+}
+
+TEST_CASE("cli: inspect prints source that starts with the spec", "[cli]") {
+  TempDir dir;
+  auto r = cli(fmt::format("inspect {}", kSmallSpec), dir.str());
+  REQUIRE(r.code == 0);
+  CHECK(r.out.rfind("// moejit kernel", 0) == 0);
+  CHECK(r.out.find("tile=64x64x32") != std::string::npos);
+  auto res = cli(fmt::format("inspect {} --resources", kSmallSpec), dir.str());
+  CHECK(res.code == 0);
+  CHECK(res.out.find("registers") != std::string::npos);
+  auto ptx = cli(fmt::format("inspect {} --ptx", kSmallSpec), dir.str());
+  CHECK(ptx.code == 0);
+  CHECK(ptx.out.find(".entry moejit_grouped_gemm") != std::string::npos);
+}
+
+TEST_CASE("cli: compile, cache ls/verify/clear, corruption found", "[cli]") {
+  TempDir dir;
+  std::string cache = (dir.path() / "cache").string();
+  auto first = cli(fmt::format("compile {}", kSmallSpec), cache);
+  REQUIRE(first.code == 0);
+  CHECK(first.out.find("compiled") != std::string::npos);
+  auto second = cli(fmt::format("compile {}", kSmallSpec), cache);
+  CHECK(second.out.find("disk-hit") != std::string::npos);
+  CHECK(cli("cache path", cache).out.find(cache) != std::string::npos);
+  CHECK(cli("cache ls", cache).out.find("1 entries, 0 bad") != std::string::npos);
+  CHECK(cli("cache verify", cache).code == 0);
+  for (auto& f : fs::directory_iterator(cache)) {
+    std::string bytes = read_bytes(f.path());
+    bytes[bytes.size() / 2] ^= 1;
+    write_bytes(f.path(), bytes);
+  }
+  auto verify = cli("cache verify", cache);
+  CHECK(verify.code == 1);
+  CHECK(verify.out.find("checksum") != std::string::npos);
+  auto rebuilt = cli(fmt::format("compile {}", kSmallSpec), cache);
+  CHECK(rebuilt.out.find("compiled") != std::string::npos);
+  CHECK(cli("cache verify", cache).code == 0);
+  CHECK(cli("cache clear", cache).out.find("removed 1") != std::string::npos);
+  CHECK(cli("compile 'stages=1'", cache).code == 2);
+}
+
+TEST_CASE("cli: concurrent processes writing the same key leave one valid entry", "[cli][cache]") {
+  TempDir dir;
+  std::string cache = (dir.path() / "cache").string();
+  std::string cmd = fmt::format("for i in 1 2 3 4 5 6; do MOEJIT_CACHE_DIR='{}' '{}' compile {} >/dev/null 2>&1 & done; wait",
+                                cache, MOEJIT_CLI_PATH, kSmallSpec);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  auto ls = cli("cache verify", cache);
+  CHECK(ls.code == 0);
+  CHECK(ls.out.find("1 entries, 0 bad") != std::string::npos);
+  std::size_t files = 0;
+  for ([[maybe_unused]] auto& f : fs::directory_iterator(cache)) ++files;
+  CHECK(files == 1);  // no temporary files left behind
+}
+
+TEST_CASE("cli: prewarm from a file of specs, second run all hits", "[cli][prewarm]") {
+  TempDir dir;
+  std::string cache = (dir.path() / "cache").string();
+  write_bytes(dir.path() / "specs.txt",
+              "# two kernels\nfamily=portable,arch=sm_80,tile=64x64x32,stages=2,warps=2x2\n\n"
+              "family=portable,arch=sm_80,tile=64x64x32,stages=3,warps=2x2  # another\n");
+  auto first = cli(fmt::format("prewarm --file '{}'", (dir.path() / "specs.txt").string()), cache);
+  CHECK(first.code == 0);
+  CHECK(first.out.find("2 kernels: 2 built, 0 hit, 0 failed") != std::string::npos);
+  auto second = cli(fmt::format("prewarm --file '{}'", (dir.path() / "specs.txt").string()), cache);
+  CHECK(second.out.find("2 kernels: 0 built, 2 hit, 0 failed") != std::string::npos);
+}

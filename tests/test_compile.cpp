@@ -1,0 +1,152 @@
+// NVRTC compiles every kernel variant the heuristic can choose, for sm_80 and sm_90a, and the
+// result is inspected: a real cubin, the tensor-core instructions we meant, no spills.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include "codegen/codegen.hpp"
+#include "compiler/nvrtc_compiler.hpp"
+#include "heuristics/config.hpp"
+#include "moejit/errors.hpp"
+#include "test_support.hpp"
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+
+// cuobjdump comes with the toolkit or as the pip package nvidia-cuda-cuobjdump (.ci/run sets MOEJIT_CUOBJDUMP).
+std::string cuobjdump_path() {
+  if (const char* env = std::getenv("MOEJIT_CUOBJDUMP"); env && *env) return env;
+  for (auto p : {"/usr/local/cuda/bin/cuobjdump", "/usr/bin/cuobjdump"})
+    if (fs::exists(p)) return p;
+  return "";
+}
+
+std::string run_capture(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return out;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  pclose(pipe);
+  return out;
+}
+
+std::string sass_of(const std::string& cubin, const TempDir& dir, const std::string& name) {
+  fs::path file = dir.path() / (name + ".cubin");
+  write_bytes(file, cubin);
+  return run_capture(cuobjdump_path() + " -sass " + file.string() + " 2>&1");
+}
+
+// "N bytes spill stores, M bytes spill loads" -> N + M, summed over the report.
+long spill_bytes(const std::string& resources) {
+  long total = 0;
+  std::regex re(R"((\d+) bytes spill (stores|loads))");
+  for (std::sregex_iterator it(resources.begin(), resources.end(), re), end; it != end; ++it) total += std::stol((*it)[1]);
+  return total;
+}
+
+struct Compiled {
+  KernelSpec spec;
+  CompileResult result;
+  std::string error;
+};
+
+std::vector<Compiled> compile_in_parallel(const std::vector<KernelSpec>& specs) {
+  std::vector<Compiled> out(specs.size());
+  std::atomic<std::size_t> next{0};
+  const TemplateStore& templates = TemplateStore::from_embedded();
+  auto worker = [&] {
+    NvrtcCompiler compiler;
+    for (std::size_t i; (i = next++) < specs.size();) {
+      out[i].spec = specs[i];
+      try {
+        out[i].result = compiler.compile(specs[i], generate_source(specs[i], templates), templates);
+      } catch (const std::exception& e) {
+        out[i].error = e.what();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+void check_family(const Arch& arch, KernelFamily family, const char* mma_instruction) {
+  std::vector<KernelSpec> specs;
+  for (auto& s : heuristic_candidates(arch))
+    if (s.family == family) specs.push_back(s);
+  // The scheduler and layout variants of every candidate tile, too.
+  std::vector<KernelSpec> all = specs;
+  for (auto s : specs)
+    for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {
+      s.scheduler = sched;
+      if (std::find(all.begin(), all.end(), s) == all.end()) all.push_back(s);
+    }
+  REQUIRE(!all.empty());
+  std::string cuobjdump = cuobjdump_path();
+  if (cuobjdump.empty()) FAIL("cuobjdump not found: pip install nvidia-cuda-cuobjdump and set MOEJIT_CUOBJDUMP");
+  TempDir dir;
+  auto results = compile_in_parallel(all);
+  double max_ms = 0;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    auto& r = results[i];
+    INFO("spec: " << r.spec.to_text());
+    REQUIRE(r.error == "");
+    CHECK(r.result.cubin.size() > 1000);
+    CHECK(r.result.cubin.substr(1, 3) == "ELF");
+    INFO("ptxas report:\n" << r.result.resources);
+    CHECK(r.result.resources.find("Used") != std::string::npos);
+    CHECK(spill_bytes(r.result.resources) == 0);
+    CHECK(r.result.resources.find("C7508") == std::string::npos);  // setmaxnreg ignored
+    std::string sass = sass_of(r.result.cubin, dir, fmt::format("k{}", i));
+    CHECK(sass.find(mma_instruction) != std::string::npos);
+    CHECK(sass.find("LDL") == std::string::npos);  // no local-memory traffic
+    max_ms = std::max(max_ms, r.result.wall_ms);
+  }
+  WARN(fmt::format("{} {} variants for {} compiled; slowest NVRTC compile {:.0f} ms", all.size(), to_text(family),
+                   arch.to_text(), max_ms));
+}
+
+}  // namespace
+
+TEST_CASE("every portable variant compiles for sm_80 with HMMA and no spills", "[compile][nvrtc]") {
+  check_family(Arch{8, 0, false}, KernelFamily::portable, "HMMA");
+}
+
+TEST_CASE("every portable variant compiles for sm_90a with HMMA and no spills", "[compile][nvrtc]") {
+  check_family(Arch{9, 0, true}, KernelFamily::portable, "HMMA");
+}
+
+TEST_CASE("compile errors carry the spec, the log and the source lines", "[compile][nvrtc]") {
+  TempDir dir;
+  TemplateStore templates = fast_template_store(dir);
+  write_bytes(dir.path() / "tpl/moejit/portable/grouped_gemm_sm80.cuh",
+              "#pragma once\nnamespace moejit { namespace portable {\nthis is not cuda;\n}}\n");
+  TemplateStore broken = TemplateStore::from_directory((dir.path() / "tpl").string());
+  KernelSpec spec = KernelSpec::parse("arch=sm_80");
+  try {
+    NvrtcCompiler().compile(spec, generate_source(spec, broken), broken);
+    FAIL("compiled broken source");
+  } catch (const CompileError& e) {
+    std::string msg = e.what();
+    CHECK(msg.find(spec.to_text()) != std::string::npos);
+    CHECK(msg.find("error") != std::string::npos);
+    CHECK(msg.find("this is not cuda") != std::string::npos);  // the offending line, quoted
+  }
+}
+
+TEST_CASE("ptx for inspection", "[compile][nvrtc]") {
+  const TemplateStore& templates = TemplateStore::from_embedded();
+  KernelSpec spec = KernelSpec::parse("arch=sm_80,tile=64x64x32,warps=2x2,stages=2");
+  std::string ptx = NvrtcCompiler().ptx(spec, generate_source(spec, templates), templates);
+  CHECK(ptx.find(".entry moejit_grouped_gemm") != std::string::npos);
+  CHECK(ptx.find("mma.sync") != std::string::npos);
+}

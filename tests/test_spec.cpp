@@ -1,0 +1,106 @@
+// KernelSpec: canonical text round trip, every rejection path, pinned key.
+#include <catch2/catch.hpp>
+
+#include "moejit/errors.hpp"
+#include "moejit/spec.hpp"
+
+using namespace moejit;
+
+namespace {
+// Checks that parsing `text` throws SpecError whose message contains every fragment.
+void require_rejected(const std::string& text, std::initializer_list<const char*> fragments) {
+  INFO("spec text: " << text);
+  try {
+    KernelSpec::parse(text).validate();
+    FAIL("accepted");
+  } catch (const SpecError& e) {
+    std::string msg = e.what();
+    for (auto f : fragments) {
+      INFO("message: " << msg);
+      CHECK(msg.find(f) != std::string::npos);
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("default spec prints every field in canonical order", "[spec]") {
+  KernelSpec spec;
+  CHECK(spec.to_text() ==
+        "family=portable,arch=sm_90,layout=contiguous,a=bf16,b=bf16,c=bf16,acc=f32,tile=128x128x32,stages=4,"
+        "warps=2x4,cluster=1x1,sched=static,fuse=none,act=none");
+}
+
+TEST_CASE("canonical text round-trips for many specs", "[spec]") {
+  for (auto family : {"portable", "hopper"})
+    for (auto layout : {"contiguous", "masked"})
+      for (auto sched : {"static", "dynamic"})
+        for (auto c : {"bf16", "f16", "f32"}) {
+          std::string text = std::string("family=") + family + ",layout=" + layout + ",sched=" + sched + ",c=" + c;
+          if (std::string(family) == "hopper") text += ",tile=128x256x64,stages=4";
+          KernelSpec spec = KernelSpec::parse(text);
+          KernelSpec again = KernelSpec::parse(spec.to_text());
+          CHECK(again == spec);
+          CHECK(again.to_text() == spec.to_text());
+          CHECK(again.key() == spec.key());
+        }
+}
+
+TEST_CASE("parser accepts any order, spaces and commas", "[spec]") {
+  auto a = KernelSpec::parse("tile=64x128x32 stages=3, layout=masked,arch=sm_80");
+  auto b = KernelSpec::parse("arch=sm_80,layout=masked,stages=3,tile=64x128x32");
+  CHECK(a == b);
+  CHECK(a.tile == TileShape{64, 128, 32});
+  CHECK(a.arch.to_text() == "sm_80");
+}
+
+TEST_CASE("parser rejections name the field and the allowed values", "[spec]") {
+  require_rejected("", {"empty"});
+  require_rejected("family=cutlass", {"'family'", "cutlass", "portable|hopper"});
+  require_rejected("arch=sm_75", {"'arch'", "sm_75", "sm_80"});
+  require_rejected("layout=ragged", {"'layout'", "contiguous|masked"});
+  require_rejected("a=int8", {"'a'", "bf16|f16|f32"});
+  require_rejected("c=fp64", {"'c'"});
+  require_rejected("tile=128x128", {"'tile'", "MxNxK"});
+  require_rejected("tile=128xAx32", {"'tile'", "not an integer"});
+  require_rejected("stages=four", {"'stages'", "not an integer"});
+  require_rejected("sched=random", {"'sched'", "static|dynamic"});
+  require_rejected("fuse=softmax", {"'fuse'", "gather|scatter|weight|bias"});
+  require_rejected("act=relu", {"'act'", "silu"});
+  require_rejected("color=blue", {"unknown field 'color'"});
+  require_rejected("tile", {"field=value"});
+  require_rejected("stages=3,stages=4", {"'stages' is given twice"});
+  require_rejected("family=hopper,warps=2x4", {"'warps'", "portable only"});
+  require_rejected("cluster=2", {"'cluster'", "MxN"});
+}
+
+TEST_CASE("validation rejects impossible combinations", "[spec]") {
+  require_rejected("tile=256x256x64,stages=8", {"shared memory", "allows"});
+  require_rejected("arch=sm_89,tile=128x128x64,stages=4", {"shared memory"});
+  require_rejected("tile=128x128x48", {"tile K=48", "MMA"});
+  require_rejected("tile=100x128x32", {"tile M=100"});
+  require_rejected("tile=128x120x32", {"tile N=120"});
+  require_rejected("stages=1", {"stages=1"});
+  require_rejected("stages=9", {"stages=9"});
+  require_rejected("a=f32,b=f32", {"a=f32"});
+  require_rejected("a=bf16,b=f16", {"b=f16 must equal a=bf16"});
+  require_rejected("acc=bf16", {"acc=bf16"});
+  require_rejected("warps=0x4", {"warps=0x4"});
+  require_rejected("cluster=2x1", {"cluster=2x1"});
+  require_rejected("fuse=gather", {"not implemented"});
+  require_rejected("act=silu", {"not implemented"});
+  require_rejected("family=hopper,arch=sm_90", {"needs sm_90a"});
+  require_rejected("family=hopper,tile=96x128x64", {"tile M=96"});
+  require_rejected("family=hopper,tile=128x96x64", {"tile N=96"});
+  require_rejected("family=hopper,tile=128x128x32", {"tile K=32"});
+  require_rejected("family=hopper,tile=128x256x64,stages=6", {"shared memory"});
+}
+
+TEST_CASE("spec key is pinned", "[spec][hash]") {
+  // If this changes, every user's cache key for this spec changes: do it on purpose only.
+  KernelSpec spec = KernelSpec::parse("family=portable,arch=sm_80,tile=128x128x32,stages=4,warps=2x4");
+  CHECK(spec.key().hex() == "83d90f94cf2236f8842ab446d19bceb2");
+  CHECK(KernelSpec::parse(spec.to_text()).key() == spec.key());
+  KernelSpec other = spec;
+  other.stages = 3;
+  CHECK_FALSE(other.key() == spec.key());
+}
