@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the device tool), from the repository root, with the build folder
+# carried over from the CPU machine: GPU tests, then the example. Logs go to $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/moejit-out}
+mkdir -p "$OUT"
+export MOEJIT_CACHE_DIR=/tmp/moejit-cache
+export PATH=/usr/local/cuda/bin:$PATH
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
+status=0
+echo "== GPU tests"
+build/tests/moejit_gpu_tests ${GPU_TEST_FILTER:+"$GPU_TEST_FILTER"} 2>&1 | tee "$OUT/gpu_tests.txt" | tail -25 || status=1
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+echo "== example"
+for model in ${EXAMPLE_MODELS:-mixtral-8x7b}; do
+  build/examples/moe_grouped_gemm --model "$model" --tokens "${EXAMPLE_TOKENS:-4096}" 2>&1 | tee -a "$OUT/example.txt" || status=1
+done
+exit $status
