@@ -1,0 +1,51 @@
+// JIT latency on this machine: cold NVRTC compile, disk-cache hit (a fresh Runtime loading
+// from disk), and in-memory hit, for one spec. Needs no GPU.
+//
+//   jit_latency [SPEC]      (default: the portable kernel the runtime picks for large groups)
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+#include "moejit/moejit.hpp"
+
+int main(int argc, char** argv) {
+  using clock = std::chrono::steady_clock;
+  std::string text = argc > 1 ? argv[1] : "family=portable,arch=sm_90a,tile=128x128x32,stages=4,warps=2x4";
+  moejit::KernelSpec spec = moejit::KernelSpec::parse(text);
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("moejit_latency_{}", getpid());
+  setenv("MOEJIT_CACHE_DIR", dir.c_str(), 1);
+  auto ms_since = [](clock::time_point t) { return std::chrono::duration<double, std::milli>(clock::now() - t).count(); };
+
+  auto t0 = clock::now();
+  auto cold_rt = moejit::Runtime::offline(spec.arch);
+  auto cold = cold_rt->compile(spec);
+  double cold_ms = ms_since(t0);
+
+  std::vector<double> disk_ms;
+  for (int i = 0; i < 20; ++i) {
+    auto t = clock::now();
+    auto rt = moejit::Runtime::offline(spec.arch);
+    moejit::CacheOutcome outcome;
+    rt->compile(spec, &outcome);
+    disk_ms.push_back(ms_since(t));
+    if (outcome != moejit::CacheOutcome::disk_hit) return fmt::print(stderr, "expected a disk hit\n"), 1;
+  }
+  std::vector<double> mem_us;
+  for (int i = 0; i < 1000; ++i) {
+    auto t = clock::now();
+    cold_rt->compile(spec);
+    mem_us.push_back(ms_since(t) * 1000);
+  }
+  std::sort(disk_ms.begin(), disk_ms.end());
+  std::sort(mem_us.begin(), mem_us.end());
+  fmt::print("spec: {}\ncold compile (NVRTC, incl. codegen): {:.0f} ms (NVRTC alone {:.0f} ms), cubin {} bytes\n", spec.to_text(),
+             cold_ms, cold->compile_ms, cold->cubin.size());
+  fmt::print("disk hit (new Runtime, read + verify): median {:.3f} ms\nmemory hit: median {:.2f} us\n", disk_ms[10], mem_us[500]);
+  std::filesystem::remove_all(dir);
+  return 0;
+}
