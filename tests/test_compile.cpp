@@ -23,8 +23,10 @@ namespace {
 // cuobjdump comes with the toolkit or as the pip package nvidia-cuda-cuobjdump (.ci/run sets MOEJIT_CUOBJDUMP).
 std::string cuobjdump_path() {
   if (const char* env = std::getenv("MOEJIT_CUOBJDUMP"); env && *env) return env;
-  for (auto p : {"/usr/local/cuda/bin/cuobjdump", "/usr/bin/cuobjdump"})
+  for (auto p : {"/usr/local/cuda/bin/cuobjdump", "/usr/local/bin/cuobjdump", "/usr/bin/cuobjdump"})
     if (fs::exists(p)) return p;
+  if (const char* home = std::getenv("HOME"); home && fs::exists(std::string(home) + "/.local/bin/cuobjdump"))
+    return std::string(home) + "/.local/bin/cuobjdump";
   return "";
 }
 
@@ -80,19 +82,10 @@ std::vector<Compiled> compile_in_parallel(const std::vector<KernelSpec>& specs) 
 }
 
 void check_family(const Arch& arch, KernelFamily family, const char* mma_instruction) {
-  std::vector<KernelSpec> specs;
-  for (auto& s : heuristic_candidates(arch))
-    if (s.family == family) specs.push_back(s);
-  // The scheduler and layout variants of every candidate tile, too.
-  std::vector<KernelSpec> all = specs;
-  for (auto s : specs)
-    for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {
-      s.scheduler = sched;
-      if (std::find(all.begin(), all.end(), s) == all.end()) all.push_back(s);
-    }
+  std::vector<KernelSpec> all = family_candidates(arch, family);
   REQUIRE(!all.empty());
   std::string cuobjdump = cuobjdump_path();
-  if (cuobjdump.empty()) FAIL("cuobjdump not found: pip install nvidia-cuda-cuobjdump and set MOEJIT_CUOBJDUMP");
+  if (cuobjdump.empty()) FAIL("cuobjdump not found: run .ci/setup (pip package nvidia-cuda-cuobjdump) or set MOEJIT_CUOBJDUMP");
   TempDir dir;
   auto results = compile_in_parallel(all);
   double max_ms = 0;
@@ -123,6 +116,24 @@ TEST_CASE("every portable variant compiles for sm_80 with HMMA and no spills", "
 
 TEST_CASE("every portable variant compiles for sm_90a with HMMA and no spills", "[compile][nvrtc]") {
   check_family(Arch{9, 0, true}, KernelFamily::portable, "HMMA");
+}
+
+TEST_CASE("every hopper variant compiles for sm_90a with HGMMA and no spills", "[compile][nvrtc]") {
+  check_family(Arch{9, 0, true}, KernelFamily::hopper, "HGMMA");
+}
+
+TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]") {
+  for (Arch arch : {Arch{8, 0, false}, Arch{8, 9, false}, Arch{9, 0, true}}) {
+    auto candidates = heuristic_candidates(arch);
+    for (int groups : {1, 8, 256})
+      for (long long rows : {1LL, 16LL, 4096LL, 131072LL}) {
+        std::vector<int> sizes(groups, (int)std::max<long long>(1, rows / groups));
+        GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, groups, 4096, 7168, rows, sizes};
+        KernelSpec s = choose_spec(p, arch, 132);
+        INFO(s.to_text());
+        CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
+      }
+  }
 }
 
 TEST_CASE("compile errors carry the spec, the log and the source lines", "[compile][nvrtc]") {

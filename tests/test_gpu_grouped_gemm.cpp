@@ -23,14 +23,12 @@ Runtime& runtime() {
 
 double error_bound(DType c) { return c == DType::f32 ? 1e-5 : c == DType::f16 ? 5e-3 : 1e-2; }
 
-// Every candidate spec with both schedulers.
+// Every config of every family that runs on this device, each layout × dtype × scheduler.
 std::vector<KernelSpec> all_specs() {
-  std::vector<KernelSpec> out;
-  for (auto s : heuristic_candidates(runtime().arch()))
-    for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {
-      s.scheduler = sched;
-      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-    }
+  std::vector<KernelSpec> out = family_candidates(runtime().arch(), KernelFamily::hopper);
+  for (auto& s : family_candidates(runtime().arch(), KernelFamily::portable)) out.push_back(s);
+  if (const char* only = std::getenv("MOEJIT_TEST_FAMILY"))
+    std::erase_if(out, [&](const KernelSpec& s) { return to_text(s.family) != only; });
   return out;
 }
 

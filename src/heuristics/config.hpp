@@ -26,4 +26,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
 namespace moejit {
 // Every spec choose_spec can return on `arch` (CI compiles each of them with NVRTC).
 std::vector<KernelSpec> heuristic_candidates(const Arch& arch);
+// The configs of one family crossed with every layout, dtype and scheduler; empty if the
+// family cannot run on `arch`. Tests run the portable family on Hopper too.
+std::vector<KernelSpec> family_candidates(const Arch& arch, KernelFamily family);
 }  // namespace moejit

@@ -213,7 +213,9 @@ int KernelSpec::threads_per_cta() const {
 
 int KernelSpec::dynamic_smem_bytes() const {
   // Must equal smem_bytes<...>() in the kernel template; the generated source static_asserts it.
-  if (family == KernelFamily::hopper) return stages * (tile.m + tile.n) * 64 * 2 + 1024;
+  // Hopper: the TMA ring (64-wide K slices of A and B, 16-bit) + 1024 to align it for the
+  // 128-byte swizzle + barriers and the dynamic scheduler's tile ring.
+  if (family == KernelFamily::hopper) return stages * (tile.m + tile.n) * 64 * 2 + 2048;
   // Portable: the cp.async ring (rows padded by 16 bytes against bank conflicts), reused by
   // the epilogue to stage C for 16-byte stores.
   int ring = stages * (tile.m + tile.n) * (tile.k + 8) * 2;
@@ -223,8 +225,8 @@ int KernelSpec::dynamic_smem_bytes() const {
 
 int KernelSpec::min_ctas_per_sm() const {
   // Measured on the H100 (docs/perf.md): 128x128 tiles with 8 warps run 10-30% faster with
-  // two CTAs per SM (registers capped at 128, no spills at BK=32).
-  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32) return 2;
+  // two CTAs per SM (registers capped at 128, no spills at BK=32 with 16-bit C; fp32 C spills).
+  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32 && c != DType::f32) return 2;
   return 1;
 }
 

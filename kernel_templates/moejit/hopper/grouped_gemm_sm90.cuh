@@ -1,0 +1,193 @@
+// Grouped GEMM for Hopper (sm_90a): C[row, n] = sum_k A[row, k] * B[group, n, k], FP32 accumulation.
+//
+// Persistent, warp-specialized: warpgroup 0 is the producer (one thread issues every TMA load
+// into a kStages-deep ring of shared-memory stages), warpgroups 1 and 2 are consumers that run
+// wgmma on each stage and write their part of the tile to C.
+//   kBlockM == 128: consumer i owns rows [64 i, 64 i + 64) of the tile, all kBlockN columns.
+//   kBlockM == 64:  both consumers share the 64 rows, consumer i owns columns
+//                   [i kBlockN/2, (i+1) kBlockN/2), so small groups waste half as many rows
+//                   (measured: no faster than 128-row tiles on the memory-bound shapes tried).
+// Tiles come from GroupTileCursor (common/scheduler.cuh). The static scheduler lets producer and
+// consumers compute the same tile sequence independently; the dynamic one has the producer fetch
+// each tile number from the global counter and hand it to the consumers through a small
+// shared-memory ring guarded by mbarriers.
+#pragma once
+#include "moejit/params.cuh"
+#include "moejit/common/types.cuh"
+#include "moejit/common/scheduler.cuh"
+#include "moejit/hopper/smem.cuh"
+#include "moejit/hopper/mbarrier.cuh"
+#include "moejit/hopper/tma.cuh"
+#include "moejit/hopper/wgmma.cuh"
+#include "moejit/hopper/warpgroup.cuh"
+#include "moejit/hopper/epilogue.cuh"
+
+namespace moejit::hopper {
+
+constexpr int kThreads = 384;  // 1 producer warpgroup + 2 consumer warpgroups
+constexpr int kBlockK = 64;    // one 128-byte swizzle row of 16-bit elements
+constexpr int kTileRing = 4;   // dynamic scheduler: tile numbers in flight between producer and consumers
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;  // 128 x 40 + 256 x 232 = 64512 <= 65536 registers per SM
+
+// Dynamic shared memory in bytes; the host sets the launch's dynamic size to exactly this:
+//   kStages * (kBlockM + kBlockN) * 128   pipeline stages (a 64-wide K slice of A and B tiles, 2-byte elements)
+//   + 2048                                 1024 to align the stages to 1024 bytes (128B swizzle
+//                                          atoms, wgmma descriptors) + barriers and the tile ring
+// Must be <= 232448 (227 KB), e.g. 128x256: 4 stages, 128x128: 6 stages, 64x256: 5 stages.
+template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler>
+__host__ __device__ constexpr int smem_bytes() {
+  return kStages * (kBlockM + kBlockN) * kBlockK * 2 + 2048;
+}
+
+template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler>
+__device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
+                                             const TmaDescriptor& tma_b) {
+  static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM must be 64 or 128");
+  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 192 || kBlockN == 256,
+                "kBlockN must be 64, 128, 192 or 256 (TMA box <= 256 rows; wgmma_ops.cuh widths)");
+  static_assert(kStages >= 2, "need at least 2 stages");
+  static_assert(smem_bytes<kBlockM, kBlockN, kStages, kTypeAB, kTypeC, kLayout, kScheduler>() <= 232448,
+                "stages do not fit in 227 KB of shared memory");
+  static_assert(kTypeAB == kBF16 || kTypeAB == kF16, "A/B must be bf16 or f16");
+  static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
+
+  constexpr bool kSplitN = kBlockM == 64;
+  constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // columns one consumer warpgroup computes
+  using Mma = WgmmaOp<kWgN, kTypeAB == kF16>;
+  constexpr int kAccRegs = Mma::kRegs;
+  constexpr unsigned kRowBytes = kBlockK * 2;  // 128
+  constexpr unsigned kABytes = kBlockM * kRowBytes;
+  constexpr unsigned kBBytes = kBlockN * kRowBytes;
+  constexpr unsigned kStageTxBytes = kABytes + kBBytes;
+  constexpr int kConsumerWarps = 8;
+  constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
+
+  // Layout: [A stages][B stages][full bars][empty bars][tile full bars][tile empty bars][tile ring]
+  extern __shared__ unsigned char moejit_smem[];
+  const unsigned smem_base = smem_addr(moejit_smem);
+  const unsigned a_stages = (smem_base + 1023u) & ~1023u;
+  const unsigned b_stages = a_stages + kStages * kABytes;
+  const unsigned full_bars = b_stages + kStages * kBBytes;
+  const unsigned empty_bars = full_bars + 8 * kStages;
+  const unsigned tile_full_bars = empty_bars + 8 * kStages;
+  const unsigned tile_empty_bars = tile_full_bars + 8 * kTileRing;
+  const unsigned tile_ring_addr = tile_empty_bars + 8 * kTileRing;
+  volatile int* tile_ring = reinterpret_cast<volatile int*>(moejit_smem + (tile_ring_addr - smem_base));
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_descriptor(tma_a);
+    tma_prefetch_descriptor(tma_b);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full_bars + 8 * s, 1);
+      mbarrier_init(empty_bars + 8 * s, kConsumerWarps);
+    }
+    for (int r = 0; r < kTileRing; ++r) {
+      mbarrier_init(tile_full_bars + 8 * r, 1);
+      mbarrier_init(tile_empty_bars + 8 * r, kConsumerWarps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  const int num_k_blocks = (p.k + kBlockK - 1) / kBlockK;
+  const int warpgroup = threadIdx.x / 128;
+  GroupTileCursor<kLayout, kBlockM, kBlockN> cursor;
+  TileCoord tile;
+
+  if (warpgroup == 0) {
+    // ---------------- producer ----------------
+    warpgroup_release_registers<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      unsigned phase = 0;
+      int ring_slot = 0;
+      unsigned ring_phase = 0;
+      for (int tile_iter = 0;; ++tile_iter) {
+        int tile_index;
+        if constexpr (kDynamic) {
+          tile_index = fetch_next_tile(p.tile_counter);
+          mbarrier_wait(tile_empty_bars + 8 * ring_slot, ring_phase ^ 1);
+          tile_ring[ring_slot] = tile_index;
+          mbarrier_arrive(tile_full_bars + 8 * ring_slot);
+          if (++ring_slot == kTileRing) ring_slot = 0, ring_phase ^= 1;
+        } else {
+          tile_index = blockIdx.x + tile_iter * gridDim.x;
+        }
+        if (!cursor.seek(p, tile_index, tile)) {
+          if constexpr (kDynamic) release_tile_counter(p.tile_counter, tile_index, cursor.tiles_before);
+          break;
+        }
+        const int a_row = tile.row_begin + tile.m_block * kBlockM;
+        const int b_row = tile.group * p.n + tile.n_block * kBlockN;
+        for (int kb = 0; kb < num_k_blocks; ++kb) {
+          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+          const unsigned full = full_bars + 8 * stage;
+          mbarrier_arrive_expect_tx(full, kStageTxBytes);
+          tma_load_2d(a_stages + stage * kABytes, tma_a, full, kb * kBlockK, a_row);
+          tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK, b_row);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+      }
+    }
+  } else {
+    // ---------------- consumers ----------------
+    warpgroup_claim_registers<kConsumerRegs>();
+    const int consumer = warpgroup - 1;
+    const int lane = threadIdx.x % 32;
+    const int warp_in_group = (threadIdx.x / 32) % 4;
+    const unsigned a_offset = kSplitN ? 0u : consumer * 64 * kRowBytes;
+    const unsigned b_offset = kSplitN ? consumer * kWgN * kRowBytes : 0u;
+    const int tile_row0 = kSplitN ? 0 : consumer * 64;  // first tile row of this warpgroup
+    const int tile_col0 = kSplitN ? consumer * kWgN : 0;
+
+    float acc[kAccRegs];
+    int stage = 0;
+    unsigned phase = 0;
+    int ring_slot = 0;
+    unsigned ring_phase = 0;
+    for (int tile_iter = 0;; ++tile_iter) {
+      int tile_index;
+      if constexpr (kDynamic) {
+        mbarrier_wait(tile_full_bars + 8 * ring_slot, ring_phase);
+        tile_index = tile_ring[ring_slot];
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(tile_empty_bars + 8 * ring_slot);
+        if (++ring_slot == kTileRing) ring_slot = 0, ring_phase ^= 1;
+      } else {
+        tile_index = blockIdx.x + tile_iter * gridDim.x;
+      }
+      if (!cursor.seek(p, tile_index, tile)) break;
+
+      int prev_stage = 0;
+      for (int kb = 0; kb < num_k_blocks; ++kb) {
+        mbarrier_wait(full_bars + 8 * stage, phase);
+        const unsigned a_tile = a_stages + stage * kABytes + a_offset;
+        const unsigned b_tile = b_stages + stage * kBBytes + b_offset;
+        wgmma_fence_operands(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < kBlockK / 16; ++k) {
+          Mma::mma(acc, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), (kb | k) != 0);
+        }
+        wgmma_commit();
+        wgmma_fence_operands(acc);
+        // Keep this k-block's wgmma in flight; once the previous one is done its stage goes back.
+        wgmma_wait<1>();
+        wgmma_fence_operands(acc);
+        if (kb > 0 && lane == 0) mbarrier_arrive(empty_bars + 8 * prev_stage);
+        prev_stage = stage;
+        if (++stage == kStages) stage = 0, phase ^= 1;
+      }
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc);
+      if (num_k_blocks > 0 && lane == 0) mbarrier_arrive(empty_bars + 8 * prev_stage);
+
+      const int m0 = tile.m_block * kBlockM + tile_row0 + warp_in_group * 16;  // group-local row
+      const int n0 = tile.n_block * kBlockN + tile_col0;
+      store_accumulators<kTypeC, kWgN>(p, acc, num_k_blocks == 0, tile.row_begin, tile.group_rows, m0, n0, lane);
+    }
+  }
+}
+
+}  // namespace moejit::hopper
