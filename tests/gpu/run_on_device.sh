@@ -9,10 +9,10 @@ export PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
 status=0
 echo "== GPU tests"
-build/tests/moejit_gpu_tests ${GPU_TEST_FILTER:+"$GPU_TEST_FILTER"} 2>&1 | tee "$OUT/gpu_tests.txt" | tail -25 || status=1
+${BUILD:-build}/tests/moejit_gpu_tests ${GPU_TEST_FILTER:+"$GPU_TEST_FILTER"} 2>&1 | tee "$OUT/gpu_tests.txt" | tail -25 || status=1
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 echo "== example"
 for model in ${EXAMPLE_MODELS:-mixtral-8x7b}; do
-  build/examples/moe_grouped_gemm --model "$model" --tokens "${EXAMPLE_TOKENS:-4096}" 2>&1 | tee -a "$OUT/example.txt" || status=1
+  ${BUILD:-build}/examples/moe_grouped_gemm --model "$model" --tokens "${EXAMPLE_TOKENS:-4096}" 2>&1 | tee -a "$OUT/example.txt" || status=1
 done
 exit $status

@@ -1,0 +1,61 @@
+"""Peers and ceilings for the benchmark, measured in the same run as moejit's bench_suite.
+
+Reads the routing bench_suite used (routing.csv: model,gemm,tokens,count_0..count_{E-1}) and times
+torch._grouped_mm on exactly those group sizes; also measures the two roofline ceilings
+(a large bf16 GEMM through cuBLAS, a device-to-device copy counting bytes read + written).
+Prints CSV: kind,model,gemm,tokens,ms,value
+"""
+import csv
+import sys
+
+import torch
+from triton.testing import do_bench
+
+SHAPES = {  # model: (experts, topk, hidden, intermediate, up_n)
+    "gpt-oss-120b": (128, 4, 2880, 2880, 5760),
+    "mixtral-8x7b": (8, 2, 4096, 14336, 28672),
+    "deepseek-v3": (256, 8, 7168, 2048, 4096),
+    "qwen3-30b-a3b": (128, 8, 2048, 768, 1536),
+}
+
+
+def median_ms(fn):
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def ceilings():
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ms = median_ms(lambda: a @ b)
+    print(f"ceiling,bf16_gemm,,,{ms:.4f},{2 * 8192**3 / ms / 1e9:.1f}", flush=True)
+    x = torch.randn(1024**3, device="cuda", dtype=torch.bfloat16)  # 2 GiB
+    y = torch.empty_like(x)
+    ms = median_ms(lambda: y.copy_(x))
+    print(f"ceiling,copy_gbps,,,{ms:.4f},{2 * x.numel() * 2 / ms / 1e6:.1f}", flush=True)
+
+
+def main(routing_path):
+    torch.manual_seed(0)
+    ceilings()
+    weights = {}
+    for row in csv.reader(open(routing_path)):
+        model, gemm, tokens, counts = row[0], row[1], int(row[2]), [int(c) for c in row[3:]]
+        E, topk, hidden, inter, up_n = SHAPES[model]
+        n, k = (up_n, hidden) if gemm == "up" else (hidden, inter)
+        if (model, gemm) not in weights:
+            weights.clear()
+            torch.cuda.empty_cache()
+            weights[(model, gemm)] = torch.randn(E, n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+        w = weights[(model, gemm)]
+        rows = sum(counts)
+        a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+        offs = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
+        wt = w.transpose(-2, -1)
+        ms = median_ms(lambda: torch._grouped_mm(a, wt, offs=offs, out_dtype=torch.bfloat16))
+        print(f"torch_grouped_mm,{model},{gemm},{tokens},{ms:.4f},", flush=True)
+        del a
+
+
+if __name__ == "__main__":
+    print(torch.__version__, torch.cuda.get_device_name(), file=sys.stderr)
+    main(sys.argv[1] if len(sys.argv) > 1 else "routing.csv")
