@@ -2,6 +2,8 @@
 // tokens {16, 128, 1024, 4096, 16384}, random top-k routing. Times each case with CUDA events
 // (warm-up, then the median of repeated launches) and prints one CSV row per case:
 //   model,gemm,tokens,E,topk,N,K,sumM,active,ms,tflops,gbps,spec
+// BENCH_SPECS="tile=128x192x64,stages=5;..." additionally times each case with each of these
+// overrides of the chosen spec (rows marked by their spec), for tuning; MODELS=a,b limits models.
 // It also writes the routing of every case to ROUTING_FILE (argv[1], default routing.csv) so that
 // tests/gpu/peers.py times torch._grouped_mm on exactly the same group sizes in the same run.
 #include <cuda_runtime.h>
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -69,6 +72,25 @@ void fill_random(void* dst, std::size_t bytes, std::mt19937& rng) {
   }
 }
 
+// The spec with the fields named in `overrides` ("tile=128x192x64,stages=5") replaced.
+moejit::KernelSpec override_fields(const moejit::KernelSpec& base, const std::string& overrides) {
+  std::map<std::string, std::string> fields;
+  std::vector<std::string> order;
+  for (const std::string& text : {base.to_text(), overrides}) {
+    std::stringstream items(text);
+    for (std::string item; std::getline(items, item, ',');) {
+      auto eq = item.find('=');
+      if (eq == std::string::npos) continue;
+      std::string key = item.substr(0, eq);
+      if (!fields.count(key)) order.push_back(key);
+      fields[key] = item.substr(eq + 1);
+    }
+  }
+  std::string merged;
+  for (auto& key : order) merged += key + "=" + fields[key] + ",";
+  return moejit::KernelSpec::parse(merged);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,7 +109,9 @@ int main(int argc, char** argv) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
+  const char* only_models = std::getenv("MODELS");
   for (const Model& m : kModels) {
+    if (only_models && !std::strstr(only_models, m.name)) continue;
     // Weights are allocated once per model and GEMM, at the largest shape.
     for (const char* gemm : {"up", "down"}) {
       bool up = gemm[0] == 'u';
@@ -122,7 +146,14 @@ int main(int argc, char** argv) {
         args.group_offsets = d_off;
         args.total_rows = rows;
         args.host_groups = offsets;
-        moejit::KernelSpec spec = rt.choose_spec(args);
+        std::vector<moejit::KernelSpec> specs = {rt.choose_spec(args)};
+        if (const char* extra = std::getenv("BENCH_SPECS")) {
+          std::stringstream list(extra);
+          for (std::string item; std::getline(list, item, ';');) {
+            specs.push_back(override_fields(specs[0], item));
+          }
+        }
+        for (const moejit::KernelSpec& spec : specs) {
         moejit::Kernel kernel = rt.kernel(spec);
         // Warm up, then size the repetitions to ~200 ms (5..100).
         for (int i = 0; i < 3; ++i) kernel.launch(args, nullptr);
@@ -150,6 +181,7 @@ int main(int argc, char** argv) {
         fmt::print("{},{},{},{},{},{},{},{},{},{:.4f},{:.1f},{:.1f},{}\n", m.name, gemm, tokens, m.experts, m.topk, n, k, rows,
                    active, med, flops / med / 1e9, bytes / med / 1e6, spec.to_text());
         std::fflush(stdout);
+        }
         cudaFree(d_a);
         cudaFree(d_c);
         cudaFree(d_off);
