@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
       fmt::print("  {:<4} {}  ({}, {:.0f} ms)\n", g.name, spec.to_text(),
                  outcome == moejit::CacheOutcome::compiled ? "compiled" : "cache hit", k->compile_ms);
     }
+    fmt::print("prewarmed {} kernels for sm_90a\n", std::size(gemms));
     return 0;
   }
 
