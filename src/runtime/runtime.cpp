@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -138,6 +139,8 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
 Runtime::Runtime(RuntimeOptions options) : Runtime(options, std::nullopt) {}
 
 Runtime::Runtime(RuntimeOptions options, std::optional<Arch> offline_arch) {
+  // MOEJIT_LINEINFO=1: line tables in every kernel, for compute-sanitizer and profilers.
+  if (const char* env = std::getenv("MOEJIT_LINEINFO"); env && *env && *env != '0') options.line_info = true;
   if (offline_arch) {
     impl_ = std::make_unique<Impl>(options, *offline_arch);
     return;

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On the GPU machine: compute-sanitizer memcheck and racecheck over the GPU tests' mixed-size
+# case (every layout × scheduler × dtype of each family; empty groups, M=1, ragged N and K).
+# Kernels are compiled with -lineinfo (MOEJIT_LINEINFO=1) so reports name source lines.
+set -uo pipefail
+OUT=${OUT:-/tmp/moejit-out}
+mkdir -p "$OUT"
+export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-/tmp/moejit-cache}
+export PATH=/usr/local/cuda/bin:$PATH
+export MOEJIT_LINEINFO=1
+case_name="every variant: mixed group sizes incl. empty, M=1, M not a multiple of the tile"
+status=0
+for tool in memcheck racecheck; do
+  for family in hopper portable; do
+    echo "== compute-sanitizer --tool $tool, $family family"
+    MOEJIT_TEST_FAMILY=$family timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 \
+      "${BUILD:-build}/tests/moejit_gpu_tests" "$case_name" > "$OUT/sanitizer_${tool}_${family}.txt" 2>&1
+    rc=$?
+    tail -3 "$OUT/sanitizer_${tool}_${family}.txt"
+    echo "exit code $rc"
+    [ $rc = 0 ] || status=1
+  done
+done
+exit $status
