@@ -19,39 +19,18 @@
 #include <sstream>
 #include <vector>
 
+#include "moe_models.hpp"
 #include "moejit/moejit.hpp"
 
 namespace {
 
-struct Model {
-  const char* name;
-  int experts, topk, hidden, intermediate, up_n;
-};
-constexpr Model kModels[] = {
-    {"gpt-oss-120b", 128, 4, 2880, 2880, 5760},
-    {"mixtral-8x7b", 8, 2, 4096, 14336, 28672},
-    {"deepseek-v3", 256, 8, 7168, 2048, 4096},
-    {"qwen3-30b-a3b", 128, 8, 2048, 768, 1536},
-};
+using moejit::examples::MoeModel;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     fmt::print(stderr, "{}: {}\n", what, cudaGetErrorString(e));
     std::exit(1);
   }
-}
-
-std::vector<int> route(int tokens, const Model& m, std::mt19937& rng) {
-  std::normal_distribution<float> logit;
-  std::vector<int> counts(m.experts, 0), order(m.experts);
-  std::vector<float> l(m.experts);
-  for (int t = 0; t < tokens; ++t) {
-    for (auto& x : l) x = logit(rng);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + m.topk, order.end(), [&](int a, int b) { return l[a] > l[b]; });
-    for (int j = 0; j < m.topk; ++j) counts[order[j]]++;
-  }
-  return counts;
 }
 
 // Fills a device buffer with random bf16 from a 16 MiB host pattern, tiled by device copies
@@ -110,7 +89,7 @@ int main(int argc, char** argv) {
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   const char* only_models = std::getenv("MODELS");
-  for (const Model& m : kModels) {
+  for (const MoeModel& m : moejit::examples::kMoeModels) {
     if (only_models && !std::strstr(only_models, m.name)) continue;
     // Weights are allocated once per model and GEMM, at the largest shape.
     for (const char* gemm : {"up", "down"}) {
@@ -121,7 +100,7 @@ int main(int argc, char** argv) {
       check(cudaMalloc(&d_b, b_bytes), "cudaMalloc B");
       fill_random(d_b, b_bytes, rng);
       for (int tokens : token_counts) {
-        std::vector<int> counts = route(tokens, m, rng);
+        std::vector<int> counts = moejit::examples::route_top_k(tokens, m, rng);
         std::vector<int> offsets(m.experts + 1, 0);
         std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
         int rows = offsets.back();

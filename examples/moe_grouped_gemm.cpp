@@ -14,36 +14,15 @@
 #include <random>
 #include <vector>
 
+#include "moe_models.hpp"
 #include "moejit/moejit.hpp"
 
 namespace {
 
-struct Model {
-  int experts, topk, hidden, intermediate, up_n;
-};
-const std::map<std::string, Model> kModels = {
-    {"gpt-oss-120b", {128, 4, 2880, 2880, 5760}},
-    {"mixtral-8x7b", {8, 2, 4096, 14336, 28672}},
-    {"deepseek-v3", {256, 8, 7168, 2048, 4096}},
-    {"qwen3-30b-a3b", {128, 8, 2048, 768, 1536}},
-};
+using moejit::examples::MoeModel;
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(e)));
-}
-
-// Top-k of random logits per token -> rows per expert.
-std::vector<int> route(int tokens, const Model& m, std::mt19937& rng) {
-  std::normal_distribution<float> logit;
-  std::vector<int> counts(m.experts, 0), order(m.experts);
-  std::vector<float> l(m.experts);
-  for (int t = 0; t < tokens; ++t) {
-    for (auto& x : l) x = logit(rng);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + m.topk, order.end(), [&](int a, int b) { return l[a] > l[b]; });
-    for (int j = 0; j < m.topk; ++j) counts[order[j]]++;
-  }
-  return counts;
 }
 
 struct Gemm {
@@ -60,13 +39,14 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--model")) model_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
   }
-  if (!kModels.count(model_name) || tokens < 1) {
+  const MoeModel* model = moejit::examples::find_model(model_name);
+  if (!model || tokens < 1) {
     fmt::print(stderr, "usage: {} [--model mixtral-8x7b|gpt-oss-120b|deepseek-v3|qwen3-30b-a3b] [--tokens N]\n", argv[0]);
     return 2;
   }
-  const Model& m = kModels.at(model_name);
+  const MoeModel& m = *model;
   std::mt19937 rng(2026);
-  std::vector<int> counts = route(tokens, m, rng);
+  std::vector<int> counts = moejit::examples::route_top_k(tokens, m, rng);
   std::vector<int> offsets(m.experts + 1, 0);
   std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
   int rows = offsets.back();
