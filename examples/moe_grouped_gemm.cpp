@@ -69,8 +69,9 @@ int main(int argc, char** argv) {
       moejit::CacheOutcome outcome;
       auto spec = rt->choose_spec(args);
       auto k = rt->compile(spec, &outcome);
-      fmt::print("  {:<4} {}  ({}, {:.0f} ms)\n", g.name, spec.to_text(),
-                 outcome == moejit::CacheOutcome::compiled ? "compiled" : "cache hit", k->compile_ms);
+      fmt::print("  {:<4} {}  ({})\n", g.name, spec.to_text(),
+                 outcome == moejit::CacheOutcome::compiled ? fmt::format("compiled in {:.0f} ms", k->compile_ms)
+                                                           : std::string("cache hit"));
     }
     fmt::print("prewarmed {} kernels for sm_90a\n", std::size(gemms));
     return 0;
