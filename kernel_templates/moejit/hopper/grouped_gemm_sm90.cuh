@@ -141,7 +141,11 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     const int tile_row0 = kSplitN ? 0 : consumer * 64;  // first tile row of this warpgroup
     const int tile_col0 = kSplitN ? consumer * kWgN : 0;
 
+    // K == 0: no wgmma ever runs (num_k_blocks is the same for every tile) and C is the empty
+    // sum, so the accumulators start at zero; otherwise the first wgmma of each tile overwrites them.
     float acc[kAccRegs];
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
     int stage = 0;
     unsigned phase = 0;
     int ring_slot = 0;
@@ -185,7 +189,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 
       const int m0 = tile.m_block * kBlockM + tile_row0 + warp_in_group * 16;  // group-local row
       const int n0 = tile.n_block * kBlockN + tile_col0;
-      store_accumulators<kTypeC, kWgN>(p, acc, num_k_blocks == 0, tile.row_begin, tile.group_rows, m0, n0, lane);
+      store_accumulators<kTypeC, kWgN>(p, acc, tile.row_begin, tile.group_rows, m0, n0, lane);
     }
   }
 }
