@@ -53,12 +53,13 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec = with_tile(spec, mean_rows <= 64 ? kPortableSmall : kPortableLarge);
     if (arch.sm() == 86 || arch.sm() == 89) spec.stages = 3;  // 99 KB of shared memory per block
   }
-  // Many groups make tiles of uneven cost: hand them out dynamically. Measured on the H100 at
-  // 16384 tokens: Qwen3 (128 experts) dynamic 592/603 vs static 515/570 TFLOP/s; Mixtral
-  // (8 experts) static 642/701 vs dynamic 627/680.
+  // Several groups make tiles of uneven cost: hand them out dynamically. Measured on the H100
+  // (docs/results/2026-11-23-tune-tiles.csv, v2 bench): dynamic wins on Mixtral up 16384 (642 vs
+  // 599 TFLOP/s), Mixtral up 1024 (0.99 vs 1.15 ms) and Qwen3 16384 (592/603 vs 515/570); static
+  // wins by 3% on Mixtral down 16384 and by 2% on DeepSeek-V3 up 16384.
   long long n_tiles = (problem.n + spec.tile.n - 1) / spec.tile.n;
   long long tiles = (rows / spec.tile.m + active) * n_tiles;
-  spec.scheduler = active > 16 && tiles > std::max(sm_count, 1) ? Scheduler::dynamic : Scheduler::static_persistent;
+  spec.scheduler = active > 1 && tiles > std::max(sm_count, 1) ? Scheduler::dynamic : Scheduler::static_persistent;
   spec.validate();
   return spec;
 }

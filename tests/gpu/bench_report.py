@@ -12,8 +12,8 @@ ceil = {r[1]: float(r[5]) for r in peers if r[0] == "ceiling"}
 torch_ms = {(r[1], r[2], r[3]): float(r[4]) for r in peers if r[0] == "torch_grouped_mm"}
 peak_tflops, bw_gbps = ceil["bf16_gemm"], ceil["copy_gbps"]
 print(f"Ceilings measured in this run: bf16 GEMM {peak_tflops:.0f} TFLOP/s, copy {bw_gbps / 1000:.2f} TB/s\n")
-print("| model | gemm | tokens | ΣM | active | moejit ms | TFLOP/s | GB/s | roofline | torch ms | torch roofline | speedup |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| model | gemm | tokens | ΣM | active | moejit ms | TFLOP/s | GB/s | weights GB/s ÷ copy | roofline | torch ms | torch roofline | speedup |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 fr_ours, fr_torch, worst = [], [], []
 for r in ours:
     rows, n, k, active = int(r["sumM"]), int(r["N"]), int(r["K"]), int(r["active"])
@@ -28,8 +28,9 @@ for r in ours:
     if tms:
         fr_torch.append(f_torch)
         worst.append((ms / tms, r["model"], r["gemm"], r["tokens"]))
+    weights_share = 2.0 * active * n * k / ms / 1e6 / bw_gbps
     print(f"| {r['model']} | {r['gemm']} | {r['tokens']} | {rows} | {active} | {ms:.4f} | {flops / ms / 1e9:.0f} | "
-          f"{bytes_ / ms / 1e6:.0f} | {f_ours:.2f} | {tms if tms else float('nan'):.4f} | {f_torch:.2f} | "
+          f"{bytes_ / ms / 1e6:.0f} | {weights_share:.2f} | {f_ours:.2f} | {tms if tms else float('nan'):.4f} | {f_torch:.2f} | "
           f"{(tms / ms) if tms else float('nan'):.2f}x |")
 g = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 print(f"\nGeomean fraction of roofline: moejit {g(fr_ours):.3f}, torch._grouped_mm {g(fr_torch):.3f} over {len(fr_ours)} cases")
