@@ -29,6 +29,10 @@ std::vector<KernelSpec> all_specs() {
   for (auto& s : family_candidates(runtime().arch(), KernelFamily::portable)) out.push_back(s);
   if (const char* only = std::getenv("MOEJIT_TEST_FAMILY"))
     std::erase_if(out, [&](const KernelSpec& s) { return to_text(s.family) != only; });
+  // MOEJIT_TEST_QUICK: bf16 in and out only (every tile × layout × scheduler), for slow tools
+  // such as compute-sanitizer.
+  if (std::getenv("MOEJIT_TEST_QUICK"))
+    std::erase_if(out, [](const KernelSpec& s) { return s.a != DType::bf16 || s.c != DType::bf16; });
   return out;
 }
 
