@@ -74,7 +74,7 @@ class Kernel {
   friend class Runtime;
   Runtime* runtime_ = nullptr;
   const KernelSpec* spec_ = nullptr;
-  void* function_ = nullptr;  // CUfunction
+  const void* loaded_ = nullptr;  // the runtime's record of the loaded module and function
 };
 
 struct RuntimeOptions {

@@ -218,7 +218,7 @@ Kernel Runtime::kernel(const KernelSpec& spec) {
   Kernel out;
   out.runtime_ = this;
   out.spec_ = &it->second.compiled->spec;
-  out.function_ = &it->second;
+  out.loaded_ = &it->second;
   return out;
 }
 
@@ -229,7 +229,7 @@ void Kernel::launch(const GroupedGemmArgs& args, Stream stream) const {
   auto groups = host_groups(args);
   if (groups) validate_groups(args, *groups);
   runtime_->impl_->make_current();
-  launch_loaded(*runtime_->impl_, *static_cast<const LoadedKernel*>(function_), args, groups ? &*groups : nullptr, stream);
+  launch_loaded(*runtime_->impl_, *static_cast<const LoadedKernel*>(loaded_), args, groups ? &*groups : nullptr, stream);
 }
 
 KernelSpec Runtime::choose_spec(const GroupedGemmArgs& args) const {
@@ -259,7 +259,7 @@ void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
   if (groups && args.host_groups.empty()) with_groups.host_groups = *groups;
   KernelSpec spec = choose_spec(with_groups);
   Kernel k = kernel(spec);
-  launch_loaded(*impl_, *static_cast<const LoadedKernel*>(k.function_), args, groups ? &*groups : nullptr, stream);
+  launch_loaded(*impl_, *static_cast<const LoadedKernel*>(k.loaded_), args, groups ? &*groups : nullptr, stream);
 }
 
 }  // namespace moejit
