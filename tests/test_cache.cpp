@@ -2,11 +2,13 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <cstring>
 #include <thread>
 
 #include "cache/kernel_cache.hpp"
 #include "moejit/moejit.hpp"
 #include "test_support.hpp"
+#include "util/hash.hpp"
 
 using namespace moejit;
 using namespace moejit::test;
@@ -64,6 +66,15 @@ TEST_CASE("every corruption of an entry is detected", "[cache][corruption]") {
   SECTION("another key's entry") {
     CHECK_FALSE(decode_cache_entry(good, Key128{1, 2}, &why));
     CHECK(why.find("key") != std::string::npos);
+  }
+  SECTION("reserved field set, checksum recomputed") {
+    // Found with tests/fuzz/fuzz_cache_entry: a reader accepted a file encode never writes.
+    std::string bad = good;
+    bad[12] = 1;
+    std::uint64_t sum = xxh3_64(std::string_view(bad.data(), bad.size() - 8));
+    std::memcpy(bad.data() + bad.size() - 8, &sum, 8);
+    CHECK_FALSE(decode_cache_entry(bad, e.key, &why));
+    CHECK(why.find("reserved") != std::string::npos);
   }
   SECTION("all zeros and extra bytes") {
     CHECK_FALSE(decode_cache_entry(std::string(good.size(), '\0'), e.key, &why));

@@ -85,6 +85,13 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("a=bf16,b=f16", {"b=f16 must equal a=bf16"});
   require_rejected("acc=bf16", {"acc=bf16"});
   require_rejected("warps=0x4", {"warps=0x4"});
+  // Found with tests/fuzz/fuzz_spec: the product overflowed int, and tiles <= 0 passed the
+  // divisibility checks (-128 % 32 == 0) with a shared-memory size that "fit".
+  require_rejected("warps=65536x65536", {"warps=65536x65536"});
+  require_rejected("warps=17x1,tile=272x128x32", {"warps=17x1"});
+  require_rejected("tile=-128x-128x32,stages=3", {"tile M=-128", "positive multiple"});
+  require_rejected("tile=128x-64x32", {"tile N=-64", "positive multiple"});
+  require_rejected("tile=0x128x32", {"tile M=0"});
   require_rejected("cluster=2x1", {"cluster=2x1"});
   require_rejected("fuse=gather", {"not implemented"});
   require_rejected("act=silu", {"not implemented"});

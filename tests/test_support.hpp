@@ -1,10 +1,13 @@
 // Helpers shared by the CPU tests.
 #pragma once
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -63,6 +66,62 @@ __device__ void grouped_gemm(const GroupedGemmParams& p) { if (p.c) static_cast<
 }}
 )");
   return TemplateStore::from_directory((dir.path() / "tpl").string());
+}
+
+// Starts `body` in a forked child whose stderr goes to `stderr_path` (if given) and returns
+// its pid. The child exits with body's return value (98 if it threw) through _exit, so no
+// atexit handler (Catch2's report, LeakSanitizer) runs in it.
+inline pid_t spawn_child(const std::function<int()>& body, const std::string& stderr_path = "") {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (!stderr_path.empty()) {
+      int fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+      if (fd >= 0) ::dup2(fd, 2);
+    }
+    int code = 98;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    _exit(code);
+  }
+  return pid;
+}
+
+// The child's wait status, or -1.
+inline int wait_child(pid_t pid) {
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+  return status;
+}
+
+inline int run_in_child(const std::function<int()>& body, const std::string& stderr_path = "") {
+  return wait_child(spawn_child(body, stderr_path));
+}
+
+inline bool exited_with(int status, int code) { return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
+struct CommandResult {
+  int code;
+  std::string out;
+};
+
+// Runs a shell command; stdout and stderr together.
+inline CommandResult run_command(const std::string& command) {
+  CommandResult r{-1, ""};
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, pipe)) r.out.append(buf, n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+inline std::size_t count_occurrences(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
 }
 
 }  // namespace moejit::test

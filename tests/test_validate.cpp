@@ -1,7 +1,10 @@
 // Argument validation of the launch paths: each bad argument gets an InvalidArgument naming it.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include "moejit/errors.hpp"
+#include "moejit/runtime.hpp"
 #include "runtime/validate.hpp"
 
 using namespace moejit;
@@ -74,4 +77,111 @@ TEST_CASE("args must match the kernel's spec", "[validate]") {
   spec = KernelSpec();
   spec.layout = GroupLayout::masked;
   CHECK_THROWS_WITH(validate_args_match_spec(a, spec), Catch::Contains("layout=masked"));
+}
+
+namespace {
+struct BadArgs {
+  const char* what;
+  std::function<void(GroupedGemmArgs&)> change;
+  const char* names;  // the message must contain this: the argument, usually with its value
+};
+}  // namespace
+
+TEST_CASE("public entry points name every bad argument (table)", "[validate]") {
+  const std::vector<BadArgs> table = {
+      {"a null", [](auto& a) { a.a = nullptr; }, "a is null"},
+      {"b null", [](auto& a) { a.b = nullptr; }, "b is null"},
+      {"c null", [](auto& a) { a.c = nullptr; }, "c is null"},
+      {"offsets null", [](auto& a) { a.group_offsets = nullptr; }, "group_offsets is null"},
+      {"a misaligned by 2", [](auto& a) { a.a = reinterpret_cast<const void*>(0x10002); }, "a=0x10002 is not 16-byte aligned"},
+      {"b misaligned by 8", [](auto& a) { a.b = reinterpret_cast<const void*>(0x20008); }, "b=0x20008 is not 16-byte aligned"},
+      {"c misaligned by 1", [](auto& a) { a.c = reinterpret_cast<void*>(0x30001); }, "c=0x30001 is not 16-byte aligned"},
+      {"offsets misaligned", [](auto& a) { a.group_offsets = reinterpret_cast<const int*>(0x40001); }, "group_offsets=0x40001"},
+      {"k not a multiple of 8", [](auto& a) { a.k = 4100; }, "k=4100"},
+      {"k = 8m + 4", [](auto& a) { a.k = 12; }, "k=12"},
+      {"k negative", [](auto& a) { a.k = -8; }, "k=-8"},
+      {"n not a multiple of 8", [](auto& a) { a.n = 257; }, "n=257"},
+      {"0 groups", [](auto& a) { a.num_groups = 0; }, "num_groups=0"},
+      {"groups past the limit", [](auto& a) { a.num_groups = (1 << 20) + 1; }, "num_groups=1048577"},
+      {"groups x n past int32", [](auto& a) { a.num_groups = 1 << 20; a.n = 4096; }, "num_groups × n"},
+      {"negative total_rows", [](auto& a) { a.total_rows = -5; }, "total_rows=-5"},
+      {"f32 inputs", [](auto& a) { a.ab_type = DType::f32; }, "ab_type=f32"},
+      {"masked, counts null", [](auto& a) { a.layout = GroupLayout::masked; a.capacity = 8; }, "group_counts is null"},
+      {"masked, capacity 0",
+       [](auto& a) { a.layout = GroupLayout::masked; a.group_counts = a.group_offsets; a.capacity = 0; }, "capacity=0"},
+      {"masked, rows past int32",
+       [](auto& a) { a.layout = GroupLayout::masked; a.group_counts = a.group_offsets; a.capacity = 1 << 30; },
+       "capacity × num_groups"},
+  };
+  auto offline = Runtime::offline(Arch{8, 0, false});
+  for (auto& row : table) {
+    INFO(row.what);
+    auto a = good_args();
+    row.change(a);
+    require_invalid(a, row.names);
+    // The high-level call checks its arguments before it needs a device.
+    CHECK_THROWS_AS(offline->grouped_gemm(a, nullptr), InvalidArgument);
+    CHECK_THROWS_WITH(offline->grouped_gemm(a, nullptr), Catch::Contains(row.names));
+  }
+  // Good arguments get past validation and stop at the missing device.
+  CHECK_THROWS_AS(offline->grouped_gemm(good_args(), nullptr), DriverError);
+}
+
+TEST_CASE("group counts: 0 is rejected, 100000 is within the 2^20 limit", "[validate]") {
+  auto a = good_args();
+  a.num_groups = 0;
+  CHECK_THROWS_WITH(validate_args(a), Catch::Contains("num_groups=0 (expected at least 1)"));
+  a.num_groups = 100000;  // num_groups × n = 25.6M rows of B, within int32
+  CHECK_NOTHROW(validate_args(a));
+  std::vector<int> offsets(100001);
+  for (int g = 0; g <= 100000; ++g) offsets[g] = g / 1000;  // 100 rows, most groups empty
+  CHECK_NOTHROW(validate_groups(a, offsets));
+  offsets[50000] = 1000;
+  CHECK_THROWS_WITH(validate_groups(a, offsets), Catch::Contains("group_offsets[50001]=50 < group_offsets[50000]=1000"));
+  a.num_groups = 1 << 20;
+  a.n = 8;
+  CHECK_NOTHROW(validate_args(a));
+}
+
+TEST_CASE("offsets: non-monotonic, past the end, negative (table)", "[validate]") {
+  struct Row {
+    std::vector<int> offsets;
+    const char* names;
+  };
+  const std::vector<Row> table = {
+      {{0, 10, 9, 60, 100}, "group_offsets[2]=9 < group_offsets[1]=10"},
+      {{0, 10, 20, 60, 59}, "group_offsets[4]=59 < group_offsets[3]=60"},
+      {{0, 10, 20, 60, 101}, "group_offsets[4]=101 is past the end of A (total_rows=100)"},
+      {{0, 10, 20, 200, 200}, "group_offsets[4]=200 is past the end"},
+      {{-1, 10, 20, 60, 100}, "group_offsets[0]=-1 is negative"},
+      {{-100, -50, 20, 60, 100}, "group_offsets[0]=-100 is negative"},
+      {{0, 10, 20, 100}, "host_groups has 4 entries (expected num_groups + 1 = 5 offsets)"},
+      {{}, "host_groups has 0 entries"},
+  };
+  for (auto& row : table) {
+    INFO(row.names);
+    CHECK_THROWS_AS(validate_groups(good_args(), row.offsets), InvalidArgument);
+    CHECK_THROWS_WITH(validate_groups(good_args(), row.offsets), Catch::Contains(row.names));
+  }
+  auto masked = good_args();
+  masked.layout = GroupLayout::masked;
+  masked.capacity = 16;
+  CHECK_THROWS_WITH(validate_groups(masked, {1, 2, 3}), Catch::Contains("host_groups has 3 entries (expected num_groups = 4 counts)"));
+  CHECK_THROWS_WITH(validate_groups(masked, {1, 2, 17, 0}), Catch::Contains("group_counts[2]=17 (expected 0..capacity=16)"));
+}
+
+TEST_CASE("unsupported arch is named", "[validate][spec]") {
+  CHECK_THROWS_AS(Arch::parse("sm_75"), SpecError);
+  CHECK_THROWS_WITH(Arch::parse("sm_75"), Catch::Contains("'arch'") && Catch::Contains("sm_75"));
+  CHECK_THROWS_WITH(Arch::parse(""), Catch::Contains("'arch'"));
+  CHECK_THROWS_WITH(KernelSpec::parse("arch=sm_100"), Catch::Contains("'arch'") && Catch::Contains("sm_100"));
+  // A spec for sm_80 with the Hopper family: rejected by validate() and by every path that
+  // builds it, before NVRTC runs.
+  KernelSpec hopper_on_ampere = KernelSpec::parse("family=hopper,arch=sm_80");
+  CHECK_THROWS_WITH(hopper_on_ampere.validate(), Catch::Contains("arch=sm_80") && Catch::Contains("needs sm_90a"));
+  auto offline = Runtime::offline(Arch{8, 0, false});
+  CHECK_THROWS_AS(offline->compile(hopper_on_ampere), SpecError);
+  CHECK_THROWS_WITH(offline->compile(hopper_on_ampere), Catch::Contains("arch=sm_80"));
+  // Launching needs a device; an offline runtime says so, naming the arch.
+  CHECK_THROWS_AS(offline->kernel(KernelSpec::parse("arch=sm_80")), DriverError);
 }

@@ -2,15 +2,18 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "util/hash.hpp"
@@ -22,6 +25,10 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kEntrySuffix = ".cubin.mjk";
+constexpr const char* kTempMarker = ".cubin.mjk.tmp.";
+// A live writer holds its temporary file for the milliseconds between open and rename; one
+// ten minutes old belongs to a writer that died (SIGKILL, power loss) and is never renamed.
+constexpr std::time_t kStaleTempSeconds = 10 * 60;
 // magic, version, reserved, key hi, key lo, spec len, resources len, cubin len
 constexpr std::size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 8 + 8 + 8;
 constexpr std::size_t kChecksumBytes = 8;
@@ -39,13 +46,61 @@ T get(const std::string& in, std::size_t offset) {
   return value;
 }
 
+// Reads the whole file into memory before anything decodes it. Entries are never modified in
+// place (only replaced by rename or removed by unlink), and an open descriptor keeps the bytes
+// of an unlinked or replaced file, so `out` is always one whole version of the file. A read
+// error is a miss, never a partial entry.
 bool read_file(const std::string& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream text;
-  text << in.rdbuf();
-  out = text.str();
-  return true;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  out.clear();
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[1 << 16];
+  bool ok = true;
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) out.append(buf, static_cast<std::size_t>(n));
+    else if (n == 0) break;
+    else if (errno != EINTR) {
+      ok = false;
+      break;
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+bool is_entry_name(const std::string& name) { return name.ends_with(kEntrySuffix); }
+bool is_temp_name(const std::string& name) { return name.find(kTempMarker) != std::string::npos; }
+
+bool is_stale_temp(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && std::time(nullptr) - st.st_mtime > kStaleTempSeconds;
+}
+
+// "1048576", "512K", "64M", "2G" -> bytes; nullopt if malformed.
+std::optional<std::uint64_t> parse_bytes(std::string_view text) {
+  std::uint64_t value = 0;
+  std::size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (value > (UINT64_MAX - 9) / 10) return std::nullopt;
+    value = value * 10 + static_cast<std::uint64_t>(text[i] - '0');
+  }
+  if (i == 0) return std::nullopt;
+  int shift = 0;
+  if (i + 1 == text.size()) {
+    switch (text[i]) {
+      case 'K': case 'k': shift = 10; break;
+      case 'M': case 'm': shift = 20; break;
+      case 'G': case 'g': shift = 30; break;
+      default: return std::nullopt;
+    }
+  } else if (i != text.size()) {
+    return std::nullopt;
+  }
+  if (shift && value > (UINT64_MAX >> shift)) return std::nullopt;
+  return value << shift;
 }
 
 }  // namespace
@@ -79,6 +134,9 @@ std::optional<CacheEntry> decode_cache_entry(const std::string& bytes, const Key
   auto version = get<std::uint32_t>(bytes, 8);
   if (version != kCacheFormatVersion)
     return fail(fmt::format("format version {} (this build reads {})", version, kCacheFormatVersion));
+  // Must be 0: then the reader accepts exactly the bytes encode_cache_entry writes, nothing else.
+  if (auto reserved = get<std::uint32_t>(bytes, 12); reserved != 0)
+    return fail(fmt::format("reserved header field is {:#x} (expected 0)", reserved));
   Key128 key{get<std::uint64_t>(bytes, 16), get<std::uint64_t>(bytes, 24)};
   if (!(key == expected)) return fail(fmt::format("holds key {} instead of {}", key.hex(), expected.hex()));
   auto spec_len = get<std::uint64_t>(bytes, 32), res_len = get<std::uint64_t>(bytes, 40), cubin_len = get<std::uint64_t>(bytes, 48);
@@ -95,7 +153,21 @@ std::optional<CacheEntry> decode_cache_entry(const std::string& bytes, const Key
   return e;
 }
 
-DiskCache::DiskCache(std::string dir) : dir_(std::move(dir)) {}
+DiskCache::DiskCache(std::string dir, std::uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
+  if (const char* crash = std::getenv("MOEJIT_TEST_CRASH_BEFORE_RENAME"); crash && *crash && std::strcmp(crash, "0"))
+    crash_hook_ = std::strcmp(crash, "half") ? CrashHook::after_write : CrashHook::half_written;
+}
+
+std::uint64_t DiskCache::default_max_bytes() {
+  const char* text = std::getenv("MOEJIT_CACHE_MAX_BYTES");
+  if (!text || !*text) return 0;
+  if (auto bytes = parse_bytes(text)) return *bytes;
+  log_warning_once(std::string("max_bytes:") + text,
+                   fmt::format("MOEJIT_CACHE_MAX_BYTES='{}' is not a size (expected bytes, or a number with K, M or G); "
+                               "the cache is unbounded",
+                               text));
+  return 0;
+}
 
 std::string DiskCache::default_dir() {
   const char* off = std::getenv("MOEJIT_CACHE");
@@ -115,6 +187,9 @@ std::optional<CacheEntry> DiskCache::load(const Key128& key) const {
   std::string why;
   auto entry = decode_cache_entry(bytes, key, &why);
   if (!entry) log_warning_once("corrupt:" + path, fmt::format("cache entry {} is unusable ({}); rebuilding it", path, why));
+  // A hit makes the entry the most recently used one for eviction. Failure (read-only folder,
+  // another user's file, the entry evicted meanwhile) only costs LRU accuracy.
+  else ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
   return entry;
 }
 
@@ -130,18 +205,74 @@ void DiskCache::store(const CacheEntry& entry) const {
   std::string bytes = encode_cache_entry(entry);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   bool ok = fd >= 0;
-  for (std::size_t done = 0; ok && done < bytes.size();) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n <= 0) ok = false;
-    else done += static_cast<std::size_t>(n);
+  int err = ok ? 0 : errno;
+  std::size_t length = crash_hook_ == CrashHook::half_written ? bytes.size() / 2 : bytes.size();
+  for (std::size_t done = 0; ok && done < length;) {
+    ssize_t n = ::write(fd, bytes.data() + done, length - done);
+    if (n > 0) done += static_cast<std::size_t>(n);
+    else if (n < 0 && errno == EINTR) continue;
+    else {
+      err = n < 0 ? errno : ENOSPC;
+      ok = false;
+    }
   }
-  if (fd >= 0 && ::close(fd) != 0) ok = false;
-  if (ok && ::rename(tmp.c_str(), final_path.c_str()) != 0) ok = false;
+  if (fd >= 0 && ::close(fd) != 0 && ok) {
+    err = errno;
+    ok = false;
+  }
+  if (ok && crash_hook_ != CrashHook::none) ::raise(SIGKILL);
+  if (ok && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    err = errno;
+    ok = false;
+  }
   if (!ok) {
-    int err = errno;
     ::unlink(tmp.c_str());
     log_warning_once("store:" + dir_, fmt::format("cannot write the kernel cache in {} ({}); kernels are kept in memory only",
                                                   dir_, std::strerror(err)));
+    return;
+  }
+  if (max_bytes_) evict_to_bound(final_path);
+}
+
+// Least recently used first (mtime: set by the write, refreshed by every hit; atime is not
+// used because noatime/relatime mounts do not keep it). Never the entry just written, never a
+// temporary file a live writer may still rename. Removal is unlink: a reader that has the file
+// open keeps reading the whole entry (see cache/README.md).
+void DiskCache::evict_to_bound(const std::string& keep) const {
+  struct Item {
+    std::string path;
+    std::uint64_t bytes;
+    struct timespec mtime;
+  };
+  std::vector<Item> items;
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string(), path = it->path().string();
+    if (is_temp_name(name)) {
+      if (is_stale_temp(path)) ::unlink(path.c_str());
+      continue;
+    }
+    struct stat st {};
+    if (!is_entry_name(name) || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    items.push_back({path, static_cast<std::uint64_t>(st.st_size), st.st_mtim});
+    total += static_cast<std::uint64_t>(st.st_size);
+  }
+  if (total <= max_bytes_) return;
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    if (a.mtime.tv_sec != b.mtime.tv_sec) return a.mtime.tv_sec < b.mtime.tv_sec;
+    if (a.mtime.tv_nsec != b.mtime.tv_nsec) return a.mtime.tv_nsec < b.mtime.tv_nsec;
+    return a.path < b.path;
+  });
+  for (const Item& item : items) {
+    if (total <= max_bytes_) break;
+    if (item.path == keep) continue;
+    // ENOENT: another process evicted it first; either way its bytes are gone.
+    if (::unlink(item.path.c_str()) == 0 || errno == ENOENT) {
+      total -= item.bytes;
+      log_debug(fmt::format("cache: evicted {} ({} bytes) to stay within MOEJIT_CACHE_MAX_BYTES={}", item.path, item.bytes,
+                            max_bytes_));
+    }
   }
 }
 
@@ -151,7 +282,7 @@ std::vector<DiskCache::Listing> DiskCache::list() const {
   if (!enabled() || !fs::is_directory(dir_, ec)) return out;
   for (auto& file : fs::directory_iterator(dir_, ec)) {
     auto name = file.path().filename().string();
-    if (!name.ends_with(kEntrySuffix)) continue;
+    if (!is_entry_name(name)) continue;
     Listing item;
     item.path = file.path().string();
     item.bytes = file.file_size(ec);
@@ -181,8 +312,9 @@ std::size_t DiskCache::clear() const {
   std::error_code ec;
   if (!enabled() || !fs::is_directory(dir_, ec)) return 0;
   for (auto& file : fs::directory_iterator(dir_, ec)) {
-    auto name = file.path().filename().string();
-    if (name.find(kEntrySuffix) != std::string::npos && fs::remove(file.path(), ec)) ++removed;
+    auto name = file.path().filename().string(), path = file.path().string();
+    bool remove = is_entry_name(name) || (is_temp_name(name) && is_stale_temp(path));
+    if (remove && ::unlink(path.c_str()) == 0) ++removed;
   }
   return removed;
 }

@@ -40,7 +40,7 @@ SPEC is the canonical text form, e.g.
   family=portable,arch=sm_90a,layout=contiguous,a=bf16,b=bf16,c=bf16,tile=128x128x32,stages=4,warps=2x4
 (omitted fields take defaults). 'moejit <command> --help' describes each command.
 
-environment: MOEJIT_CACHE_DIR, MOEJIT_CACHE=off, MOEJIT_TEMPLATE_DIR, MOEJIT_PRESET_DIR, CUDA_HOME, MOEJIT_LOG=quiet|debug
+environment: MOEJIT_CACHE_DIR, MOEJIT_CACHE=off, MOEJIT_CACHE_MAX_BYTES, MOEJIT_TEMPLATE_DIR, MOEJIT_PRESET_DIR, CUDA_HOME, MOEJIT_LOG=quiet|debug
 )";
 
 const char* kInspectHelp = R"(usage: moejit inspect SPEC [--ptx] [--resources]
@@ -70,7 +70,7 @@ const char* kCacheHelp = R"(usage: moejit cache ls|verify|clear|path
   path    print the cache folder (MOEJIT_CACHE_DIR, $XDG_CACHE_HOME/moejit or ~/.cache/moejit)
   ls      list entries: size, validity and spec
   verify  check every entry (header, key, checksum); exit code 1 if any is bad
-  clear   delete every entry
+  clear   delete every entry, and temporary files of writers that died (older than 10 minutes)
 )";
 
 bool wants_help(const std::vector<std::string>& args) {

@@ -243,11 +243,14 @@ void KernelSpec::validate() const {
 
   if (family == KernelFamily::portable) {
     if (arch.sm() < 80) fail("arch={} (portable family needs sm_80 or newer)", arch.to_text());
-    if (warps_m < 1 || warps_n < 1 || warps_m * warps_n > 16)
+    // Each factor is bounded before the product, which could otherwise overflow int.
+    if (warps_m < 1 || warps_n < 1 || warps_m > 16 || warps_n > 16 || warps_m * warps_n > 16)
       fail("warps={}x{} (each at least 1, at most 16 warps in all)", warps_m, warps_n);
     if (tile.k != 32 && tile.k != 64) fail("tile K={} (allowed: 32|64, multiples of the MMA's K=16)", tile.k);
-    if (tile.m % (16 * warps_m) != 0) fail("tile M={} is not a multiple of 16 × warps_m={}", tile.m, warps_m);
-    if (tile.n % (16 * warps_n) != 0) fail("tile N={} is not a multiple of 16 × warps_n={}", tile.n, warps_n);
+    if (tile.m < 16 * warps_m || tile.m % (16 * warps_m) != 0)
+      fail("tile M={} is not a positive multiple of 16 × warps_m={}", tile.m, warps_m);
+    if (tile.n < 16 * warps_n || tile.n % (16 * warps_n) != 0)
+      fail("tile N={} is not a positive multiple of 16 × warps_n={}", tile.n, warps_n);
     if (tile.m > 256 || tile.n > 256) fail("tile {}x{} larger than 256 on a side", tile.m, tile.n);
   } else {
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
