@@ -9,12 +9,13 @@ export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-/tmp/moejit-cache}
 export PATH=/usr/local/cuda/bin:$PATH
 export MOEJIT_LINEINFO=1
 export MOEJIT_TEST_QUICK=1  # bf16 only: every tile × layout × scheduler
-case_name="every variant: mixed*"  # Catch test-name pattern (commas would split it)
+# Catch test spec: the mixed-size case by default; SANITIZE_CASES="[gpu]" runs the whole suite.
+case_name=${SANITIZE_CASES:-"every variant: mixed*"}
 status=0
 for tool in memcheck racecheck; do
   for family in hopper portable; do
     echo "== compute-sanitizer --tool $tool, $family family"
-    MOEJIT_TEST_FAMILY=$family timeout 140 compute-sanitizer --tool $tool --error-exitcode 3 \
+    MOEJIT_TEST_FAMILY=$family timeout ${SANITIZE_TIMEOUT:-140} compute-sanitizer --tool $tool --error-exitcode 3 \
       "${BUILD:-build}/tests/moejit_gpu_tests" "$case_name" > "$OUT/sanitizer_${tool}_${family}.txt" 2>&1
     rc=$?
     tail -3 "$OUT/sanitizer_${tool}_${family}.txt"
