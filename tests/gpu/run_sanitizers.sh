@@ -12,7 +12,7 @@ export MOEJIT_TEST_QUICK=1  # bf16 only: every tile × layout × scheduler
 # Catch test spec: the mixed-size case by default; SANITIZE_CASES="[gpu]" runs the whole suite.
 case_name=${SANITIZE_CASES:-"every variant: mixed*"}
 status=0
-for tool in memcheck racecheck; do
+for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
   for family in hopper portable; do
     echo "== compute-sanitizer --tool $tool, $family family"
     MOEJIT_TEST_FAMILY=$family timeout ${SANITIZE_TIMEOUT:-140} compute-sanitizer --tool $tool --error-exitcode 3 \
