@@ -153,10 +153,15 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     for (int tile_iter = 0;; ++tile_iter) {
       int tile_index;
       if constexpr (kDynamic) {
-        mbarrier_wait(tile_full_bars + 8 * ring_slot, ring_phase);
-        tile_index = tile_ring[ring_slot];
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(tile_empty_bars + 8 * ring_slot);
+        // Lane 0 reads the slot and releases it itself (mbarrier.arrive releases only the
+        // arriving thread's own accesses), then shares the tile number with its warp.
+        tile_index = 0;
+        if (lane == 0) {
+          mbarrier_wait(tile_full_bars + 8 * ring_slot, ring_phase);
+          tile_index = tile_ring[ring_slot];
+          mbarrier_arrive(tile_empty_bars + 8 * ring_slot);
+        }
+        tile_index = __shfl_sync(0xffffffffu, tile_index, 0);
         if (++ring_slot == kTileRing) ring_slot = 0, ring_phase ^= 1;
       } else {
         tile_index = blockIdx.x + tile_iter * gridDim.x;
