@@ -13,7 +13,7 @@ export MOEJIT_TEST_QUICK=1  # bf16 only: every tile × layout × scheduler
 case_name=${SANITIZE_CASES:-"every variant: mixed*"}
 status=0
 for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
-  for family in hopper portable; do
+  for family in ${SANITIZE_FAMILIES:-hopper portable}; do
     echo "== compute-sanitizer --tool $tool, $family family"
     MOEJIT_TEST_FAMILY=$family timeout ${SANITIZE_TIMEOUT:-140} compute-sanitizer --tool $tool --error-exitcode 3 \
       "${BUILD:-build}/tests/moejit_gpu_tests" "$case_name" > "$OUT/sanitizer_${tool}_${family}.txt" 2>&1
