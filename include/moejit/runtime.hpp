@@ -3,6 +3,7 @@
 // High level:   rt.grouped_gemm(args, stream)       picks a config, builds or fetches it, launches.
 // Low level:    rt.kernel(spec).launch(args, stream)  you choose the spec.
 // Offline:      Runtime::offline(arch).compile(spec)   no GPU or driver needed (prewarm, CI).
+// Tuning:       rt.tune(args, stream)                 times the candidate configs, keeps the best.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -80,6 +81,28 @@ class Kernel {
 struct RuntimeOptions {
   int device = 0;
   bool line_info = false;  // compile with -lineinfo (for profilers and sanitizers)
+  // grouped_gemm tunes a shape bucket that has no stored result on its first call (also
+  // MOEJIT_AUTOTUNE=1). Off: stored results are used where present, the heuristic elsewhere.
+  bool autotune = false;
+};
+
+struct TuneOptions {
+  int compile_threads = 0;       // 0: one per core
+  double ms_per_candidate = 20;  // device time spent timing each candidate (5 batches, median)
+  bool store = true;             // file the winner in the cache folder for later processes
+};
+
+struct TuneCandidate {
+  KernelSpec spec;
+  double ms = 0;      // median time of one launch; 0 if it failed
+  std::string error;  // why it could not be compiled, loaded or launched; empty if timed
+};
+
+struct TuneResult {
+  std::string bucket;          // the shape bucket it is stored under (text form)
+  KernelSpec best, heuristic;  // the fastest candidate; the heuristic's choice
+  double best_ms = 0, heuristic_ms = 0;
+  std::vector<TuneCandidate> candidates;  // the heuristic's choice first
 };
 
 class Runtime {
@@ -100,9 +123,20 @@ class Runtime {
   std::shared_ptr<const CompiledKernel> compile(const KernelSpec& spec, CacheOutcome* outcome = nullptr);
   Kernel kernel(const KernelSpec& spec);
 
-  // The config the runtime would choose for these arguments (see src/heuristics).
+  // The heuristic's config for these arguments (see src/heuristics); ignores tuning results.
   KernelSpec choose_spec(const GroupedGemmArgs& args) const;
+  // The stored tuning result for the arguments' shape bucket, if any.
+  std::optional<KernelSpec> tuned_spec(const GroupedGemmArgs& args);
+  // Picks a config (once per shape bucket: the stored tuning result, else tuned now with
+  // autotune, else the heuristic), compiles or loads it, launches.
   void grouped_gemm(const GroupedGemmArgs& args, Stream stream);
+
+  // Compiles every candidate config for these arguments in parallel, times each on `stream`
+  // with these arguments (C is overwritten), keeps the fastest for the arguments' shape bucket
+  // and, with options.store, files it under the cache folder (tuning/, keyed by device name,
+  // driver version, moejit version and templates). Synchronizes `stream`.
+  TuneResult tune(const GroupedGemmArgs& args, Stream stream, const TuneOptions& options = {});
+  std::string tuning_file() const;  // "" when the disk cache is off
 
   struct Impl;
   Impl& impl() { return *impl_; }

@@ -34,6 +34,23 @@ CacheKeyInputs KernelCache::key_inputs(const KernelSpec& spec, const std::string
 }
 
 std::shared_ptr<const CompiledKernel> KernelCache::get(const KernelSpec& spec, CacheOutcome* outcome) {
+  std::optional<SpecKey> packed = pack_spec(spec);
+  if (packed) {
+    std::shared_lock lock(hot_mutex_);
+    if (auto it = hot_.find(*packed); it != hot_.end()) {
+      if (outcome) *outcome = CacheOutcome::memory_hit;
+      return it->second;
+    }
+  }
+  auto kernel = get_slow(spec, outcome);
+  if (packed) {
+    std::unique_lock lock(hot_mutex_);
+    hot_.try_emplace(*packed, kernel);
+  }
+  return kernel;
+}
+
+std::shared_ptr<const CompiledKernel> KernelCache::get_slow(const KernelSpec& spec, CacheOutcome* outcome) {
   std::string text = spec.to_text();
   std::promise<std::shared_ptr<const CompiledKernel>> promise;
   std::shared_future<std::shared_ptr<const CompiledKernel>> future;

@@ -1,13 +1,16 @@
 // Stage 3: spec -> cubin, through an in-memory table, then the disk cache, then NVRTC.
-// Thread-safe; concurrent requests for one spec share a single compile.
+// Thread-safe; concurrent requests for one spec share a single compile. A repeated request is
+// answered from a table keyed by the packed spec (spec_key.hpp) without touching the rest.
 #pragma once
 #include <future>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 
 #include "cache/disk_cache.hpp"
+#include "cache/spec_key.hpp"
 #include "codegen/template_store.hpp"
 #include "compiler/nvrtc_compiler.hpp"
 #include "moejit/runtime.hpp"
@@ -40,6 +43,7 @@ class KernelCache {
 
  private:
   std::shared_ptr<const CompiledKernel> build(const KernelSpec& spec);
+  std::shared_ptr<const CompiledKernel> get_slow(const KernelSpec& spec, CacheOutcome* outcome);
 
   const TemplateStore& templates_;
   NvrtcCompiler compiler_;
@@ -47,6 +51,9 @@ class KernelCache {
   std::string nvrtc_version_;
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> memory_;
+  // Hot path in front of memory_: finished kernels by packed spec (no text, no allocation).
+  std::shared_mutex hot_mutex_;
+  std::unordered_map<SpecKey, std::shared_ptr<const CompiledKernel>, SpecKeyHash> hot_;
 };
 
 }  // namespace moejit

@@ -9,10 +9,14 @@
 #include <map>
 #include <iostream>
 #include <mutex>
+#include <numeric>
+#include <random>
+#include <sstream>
 #include <thread>
 
 #include "cache/kernel_cache.hpp"
 #include "cli/presets.hpp"
+#include "driver/driver_api.hpp"
 #include "moejit/moejit.hpp"
 
 using namespace moejit;
@@ -33,6 +37,8 @@ commands:
   inspect SPEC      print the generated CUDA source of a kernel (--ptx, --resources)
   compile SPEC...   compile kernels into the cache and report each outcome
   prewarm           compile every kernel a model preset (or a file of specs) will use
+  tune              time the candidate configs of a model preset's GEMMs on this GPU and
+                    store the fastest per shape bucket for later processes
   cache ls|verify|clear|path
                     list, check, empty or locate the on-disk kernel cache
 
@@ -64,6 +70,16 @@ Compiles, in parallel, every kernel the runtime will request:
   --jobs         compile threads (default: the number of cores)
 Prints a progress line and how many kernels were built, hit in the cache or failed.
 Exit code 1 if any failed.
+)";
+const char* kTuneHelp = R"(usage: moejit tune --model NAME [--tokens 16,128,...] [--ms MS] [--jobs N]
+
+Needs a GPU. For each of the preset's GEMMs (up and down), token counts, dtypes and layouts:
+routes the tokens to experts (random top-k, fixed seed), fills the operands with random
+numbers, compiles every candidate config (--jobs threads), times each on this GPU (--ms
+milliseconds per candidate, default 20) and stores the fastest for the problem's shape bucket
+in the cache folder (tuning/, one file per device name, driver, moejit version and kernel
+templates). Runtime::grouped_gemm in later processes uses the stored choice for that bucket.
+Prints one line per problem: the heuristic's time, the best time and the best config.
 )";
 const char* kCacheHelp = R"(usage: moejit cache ls|verify|clear|path
 
@@ -211,6 +227,120 @@ int cmd_prewarm(const std::vector<std::string>& args) {
   return compile_all(specs, jobs, false) ? kFailed : kOk;
 }
 
+// Fills device memory with random 16-bit numbers (bf16 and f16 alike: normal values in either
+// reading), uploading a 16 MiB host pattern piece by piece. Times on zeros would be too kind.
+void fill_random(const DeviceBuffer& buffer, std::mt19937& rng) {
+  static std::vector<std::uint16_t> pattern;
+  if (pattern.empty()) {
+    pattern.resize(8 << 20);
+    std::uniform_int_distribution<int> mantissa(0, 127);
+    std::bernoulli_distribution sign;
+    // Exponent of 2^-1 .. 2^0 in bf16 (0x3F00-0x3F7F); read as f16 it is ~1.9-2.0: finite either way.
+    for (auto& v : pattern) v = static_cast<std::uint16_t>((sign(rng) ? 0x8000 : 0) | 0x3F00 | mantissa(rng));
+  }
+  const std::size_t piece = pattern.size() * 2;
+  for (std::size_t done = 0; done < buffer.bytes(); done += piece)
+    MOEJIT_CU(driver().cuMemcpyHtoD(buffer.ptr() + done, pattern.data(), std::min(piece, buffer.bytes() - done)));
+}
+
+// Rows per expert for `tokens` tokens each sent to `topk` distinct experts, uniformly at random.
+std::vector<int> route(int tokens, int experts, int topk, std::mt19937& rng) {
+  std::vector<int> counts(experts, 0), order(experts);
+  for (int t = 0; t < tokens; ++t) {
+    std::iota(order.begin(), order.end(), 0);
+    for (int j = 0; j < topk; ++j) {
+      std::uniform_int_distribution<int> pick(j, experts - 1);
+      std::swap(order[j], order[pick(rng)]);
+      counts[order[j]]++;
+    }
+  }
+  return counts;
+}
+
+int cmd_tune(const std::vector<std::string>& args) {
+  if (wants_help(args)) return fmt::print("{}", kTuneHelp), kOk;
+  std::string model;
+  std::vector<int> tokens;
+  TuneOptions options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(fmt::format("tune: {} needs a value", args[i]));
+      return args[++i];
+    };
+    auto number = [&](const std::string& v, const char* what) {
+      try {
+        std::size_t used = 0;
+        double x = std::stod(v, &used);
+        if (used != v.size() || !(x > 0)) throw std::invalid_argument(v);
+        return x;
+      } catch (const std::exception&) {
+        throw UsageError(fmt::format("tune: {} '{}' is not a positive number", what, v));
+      }
+    };
+    if (args[i] == "--model" || args[i] == "--preset") model = value();
+    else if (args[i] == "--ms") options.ms_per_candidate = number(value(), "--ms");
+    else if (args[i] == "--jobs") options.compile_threads = (int)number(value(), "--jobs");
+    else if (args[i] == "--tokens") {
+      std::stringstream list(value());
+      for (std::string t; std::getline(list, t, ',');) tokens.push_back((int)number(t, "--tokens"));
+    } else throw UsageError(fmt::format("tune: unknown argument '{}'", args[i]));
+  }
+  if (model.empty()) throw UsageError("tune: missing --model NAME");
+  ModelPreset preset = load_preset(model);
+  if (tokens.empty()) tokens = preset.tokens;
+  if (!driver_has_device())
+    throw DriverError("tune: no CUDA driver or GPU on this machine; tuning times kernels on the GPU it is for",
+                      CUDA_ERROR_NO_DEVICE);
+  Runtime rt;
+  fmt::print("device {} ({}, {} SMs); results go to {}\n", rt.device_name(), rt.arch().to_text(), rt.sm_count(),
+             rt.tuning_file().empty() ? "(nowhere: the disk cache is off)" : rt.tuning_file());
+  fmt::print("{:<5} {:>6} {:<10} {:<5} {:>10} {:>10} {:>6}  {}\n", "gemm", "tokens", "layout", "dtype", "heur ms", "best ms",
+             "ratio", "best config");
+  std::mt19937 rng(2026);
+  int longest = *std::max_element(tokens.begin(), tokens.end());
+  for (auto [gemm, n, k] : {std::tuple{"up", preset.up_n, preset.hidden}, std::tuple{"down", preset.hidden, preset.intermediate}}) {
+    // Operands sized once for the largest problem of this GEMM (masked: capacity ≤ all rows).
+    std::size_t max_rows = (std::size_t)longest * preset.topk + (std::size_t)preset.experts * 64;
+    DeviceBuffer a(max_rows * k * 2), b((std::size_t)preset.experts * n * k * 2), c(max_rows * n * 4),
+        groups((preset.experts + 1) * sizeof(int));
+    fill_random(a, rng);
+    fill_random(b, rng);
+    for (DType dtype : preset.dtypes)
+      for (GroupLayout layout : preset.layouts)
+        for (int t : tokens) {
+          std::vector<int> counts = route(t, preset.experts, preset.topk, rng), host;
+          GroupedGemmArgs x;
+          x.layout = layout;
+          x.ab_type = x.c_type = dtype;
+          x.a = a.get();
+          x.b = b.get();
+          x.c = c.get();
+          x.num_groups = preset.experts;
+          x.n = n;
+          x.k = k;
+          if (layout == GroupLayout::contiguous) {
+            host.assign(1, 0);
+            for (int r : counts) host.push_back(host.back() + r);
+            x.total_rows = host.back();
+            x.group_offsets = static_cast<const int*>(groups.get());
+          } else {
+            host = counts;
+            x.capacity = (*std::max_element(counts.begin(), counts.end()) + 63) / 64 * 64;
+            x.capacity = std::max(x.capacity, 64);
+            x.group_counts = static_cast<const int*>(groups.get());
+            if ((std::size_t)x.capacity * preset.experts > max_rows) continue;  // skewed routing: too large
+          }
+          groups.upload(host.data(), host.size() * sizeof(int));
+          x.host_groups = host;
+          TuneResult r = rt.tune(x, nullptr, options);
+          fmt::print("{:<5} {:>6} {:<10} {:<5} {:>10.4f} {:>10.4f} {:>6.3f}  {}\n", gemm, t, to_text(layout), to_text(dtype),
+                     r.heuristic_ms, r.best_ms, r.best_ms > 0 ? r.heuristic_ms / r.best_ms : 0.0, r.best.to_text());
+          std::fflush(stdout);
+        }
+  }
+  return kOk;
+}
+
 int cmd_cache(const std::vector<std::string>& args) {
   if (args.empty() || wants_help(args)) return fmt::print("{}", kCacheHelp), args.empty() ? kUsage : kOk;
   DiskCache cache(DiskCache::default_dir());
@@ -251,6 +381,7 @@ int main(int argc, char** argv) {
     if (command == "compile") return cmd_compile(args);
     if (command == "prewarm") return cmd_prewarm(args);
     if (command == "cache") return cmd_cache(args);
+    if (command == "tune") return cmd_tune(args);
     throw UsageError(fmt::format("unknown command '{}'", command));
   } catch (const UsageError& e) {
     fmt::print(stderr, "moejit: {}\nrun 'moejit --help' for usage\n", e.what());

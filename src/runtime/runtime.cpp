@@ -7,15 +7,23 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "cache/kernel_cache.hpp"
+#include "cache/spec_key.hpp"
+#include "cache/tuning_table.hpp"
 #include "driver/driver_api.hpp"
 #include "driver/tensor_map.hpp"
 #include "heuristics/config.hpp"
+#include "heuristics/tuning.hpp"
 #include "moejit/errors.hpp"
+#include "moejit/moejit.hpp"
 #include "moejit/params.cuh"
+#include "runtime/tuner.hpp"
 #include "runtime/validate.hpp"
+#include "util/log.hpp"
 
 namespace moejit {
 
@@ -38,6 +46,16 @@ struct Runtime::Impl {
 
   std::mutex loaded_mutex;
   std::unordered_map<std::string, LoadedKernel> loaded;  // by spec text; nodes are stable
+  // Hot path: loaded kernels by packed spec, and the high-level call's choice per shape bucket.
+  // Filled once per key; a repeated request takes a reader lock and hashes two or three words.
+  std::shared_mutex hot_mutex;
+  std::unordered_map<SpecKey, const LoadedKernel*, SpecKeyHash> by_spec;
+  std::unordered_map<ShapeBucket, const LoadedKernel*, ShapeBucketHash> by_bucket;
+  // Tuning results: the file, and its lines read once (bucket text -> entry).
+  TuningTable tuning;
+  std::once_flag tuned_read;
+  std::mutex tuned_mutex;
+  std::map<std::string, TunedEntry> tuned;
   std::mutex counters_mutex;
   std::map<Stream, DeviceBuffer> tile_counters;  // dynamic scheduler: one self-resetting int per stream
 
@@ -71,32 +89,69 @@ Arch arch_of_device(CUdevice device) {
   return Arch{major, minor, major == 9 && minor == 0};
 }
 
+// Rows of group g from the host copy of offsets (contiguous) or counts (masked).
+int rows_of_group(const GroupedGemmArgs& args, std::span<const int> groups, int g) {
+  return args.layout == GroupLayout::contiguous ? groups[g + 1] - groups[g] : groups[g];
+}
+
 // Rows of each group, counted in tiles of the spec; exact when groups are known.
-long long count_tiles(const KernelSpec& spec, const GroupedGemmArgs& args, const std::vector<int>* groups) {
+long long count_tiles(const KernelSpec& spec, const GroupedGemmArgs& args, const std::span<const int>* groups) {
   long long n_tiles = (args.n + spec.tile.n - 1) / spec.tile.n;
   if (groups) {
     long long m_tiles = 0;
-    for (int rows : group_rows_from(args, *groups)) m_tiles += (rows + spec.tile.m - 1) / spec.tile.m;
+    for (int g = 0; g < args.num_groups; ++g) m_tiles += (rows_of_group(args, *groups, g) + spec.tile.m - 1) / spec.tile.m;
     return m_tiles * n_tiles;
   }
   long long rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
   return (rows / spec.tile.m + args.num_groups) * n_tiles;  // upper bound
 }
 
-// Host copy of the group description: given, downloaded, or none (trusted device data).
-std::optional<std::vector<int>> host_groups(const GroupedGemmArgs& args) {
-  if (!args.host_groups.empty()) return std::vector<int>(args.host_groups.begin(), args.host_groups.end());
-  if (args.trust_device_groups) return std::nullopt;
+// Host copy of the group description: the caller's (no copy), downloaded, or none (trusted
+// device data).
+struct HostGroups {
+  std::vector<int> downloaded;
+  std::span<const int> view;
+  bool known = false;
+  const std::span<const int>* get() const { return known ? &view : nullptr; }
+};
+
+HostGroups host_groups(const GroupedGemmArgs& args) {
+  HostGroups out;
+  if (!args.host_groups.empty()) {
+    out.view = args.host_groups;
+    out.known = true;
+    return out;
+  }
+  if (args.trust_device_groups) return out;
   std::size_t count = args.layout == GroupLayout::contiguous ? args.num_groups + 1 : args.num_groups;
-  std::vector<int> out(count);
+  out.downloaded.resize(count);
   const int* src = args.layout == GroupLayout::contiguous ? args.group_offsets : args.group_counts;
-  check_cu(driver().cuMemcpyDtoH(out.data(), reinterpret_cast<CUdeviceptr>(src), count * sizeof(int)),
+  check_cu(driver().cuMemcpyDtoH(out.downloaded.data(), reinterpret_cast<CUdeviceptr>(src), count * sizeof(int)),
            args.layout == GroupLayout::contiguous ? "cuMemcpyDtoH(group_offsets)" : "cuMemcpyDtoH(group_counts)");
+  out.view = out.downloaded;
+  out.known = true;
   return out;
 }
 
+// The shape bucket of a call: valid rows and non-empty groups counted from the host copy, or
+// the upper bound (every row, every group) when only the device holds them.
+ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
+  long long rows = 0, active = 0;
+  if (groups.known) {
+    for (int g = 0; g < args.num_groups; ++g) {
+      int r = rows_of_group(args, groups.view, g);
+      rows += r;
+      active += r > 0;
+    }
+  } else {
+    rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
+    active = args.num_groups;
+  }
+  return ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active);
+}
+
 void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmArgs& args,
-                   const std::vector<int>* groups, Stream stream) {
+                   const std::span<const int>* groups, Stream stream) {
   const KernelSpec& spec = k.compiled->spec;
   long long tiles = count_tiles(spec, args, groups);
   if (tiles == 0) return;  // every group is empty: nothing to write
@@ -141,6 +196,7 @@ Runtime::Runtime(RuntimeOptions options) : Runtime(options, std::nullopt) {}
 Runtime::Runtime(RuntimeOptions options, std::optional<Arch> offline_arch) {
   // MOEJIT_LINEINFO=1: line tables in every kernel, for compute-sanitizer and profilers.
   if (const char* env = std::getenv("MOEJIT_LINEINFO"); env && *env && *env != '0') options.line_info = true;
+  if (const char* env = std::getenv("MOEJIT_AUTOTUNE"); env && *env && *env != '0') options.autotune = true;
   if (offline_arch) {
     impl_ = std::make_unique<Impl>(options, *offline_arch);
     return;
@@ -161,6 +217,11 @@ Runtime::Runtime(RuntimeOptions options, std::optional<Arch> offline_arch) {
   char name[256] = {};
   MOEJIT_CU(api.cuDeviceGetName(name, sizeof name, device));
   impl_->device_name = name;
+  int driver_version = 0;
+  MOEJIT_CU(api.cuDriverGetVersion(&driver_version));
+  const KernelCache& cache = impl_->cache;
+  impl_->tuning = TuningTable(cache.disk().enabled() ? cache.disk().dir() : "", impl_->device_name, driver_version, kVersion,
+                              cache.templates().digest().hex());
 }
 
 std::unique_ptr<Runtime> Runtime::offline(const Arch& arch, RuntimeOptions options) {
@@ -189,50 +250,49 @@ std::shared_ptr<const CompiledKernel> Runtime::compile(const KernelSpec& spec, C
   return impl_->cache.get(spec, outcome);
 }
 
-Kernel Runtime::kernel(const KernelSpec& spec) {
-  if (!impl_->has_device)
-    throw DriverError(fmt::format("Runtime::kernel: this runtime is offline ({}); it can compile but not load kernels",
-                                  impl_->arch.to_text()),
-                      CUDA_ERROR_NO_DEVICE);
-  if (!(spec.arch == impl_->arch))
-    throw InvalidArgument(fmt::format("Runtime::kernel: spec arch={} but the device is {}", spec.arch.to_text(),
-                                      impl_->arch.to_text()));
-  std::string text = spec.to_text();
-  std::lock_guard lock(impl_->loaded_mutex);
-  auto it = impl_->loaded.find(text);
-  if (it == impl_->loaded.end()) {
-    LoadedKernel k;
-    k.compiled = impl_->cache.get(spec);
-    impl_->make_current();
-    const DriverApi& api = driver();
-    MOEJIT_CU(api.cuModuleLoadData(&k.module, k.compiled->cubin.data()));
-    MOEJIT_CU(api.cuModuleGetFunction(&k.function, k.module, "moejit_grouped_gemm"));
-    int smem = spec.dynamic_smem_bytes();
-    MOEJIT_CU(api.cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
-    MOEJIT_CU(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.ctas_per_sm, k.function, spec.threads_per_cta(), smem));
-    if (k.ctas_per_sm < 1)
-      throw DriverError(fmt::format("kernel {} cannot be resident on this device (registers or shared memory)", text),
-                        CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
-    it = impl_->loaded.emplace(text, std::move(k)).first;
+namespace {
+
+// The loaded kernel for a spec: from the packed-spec table, else loaded now (compiled or read
+// from the cache first). The returned record lives as long as the runtime.
+const LoadedKernel& load_kernel(Runtime::Impl& rt, const KernelSpec& spec) {
+  std::optional<SpecKey> packed = pack_spec(spec);
+  if (packed) {
+    std::shared_lock lock(rt.hot_mutex);
+    if (auto it = rt.by_spec.find(*packed); it != rt.by_spec.end()) return *it->second;
   }
-  Kernel out;
-  out.runtime_ = this;
-  out.spec_ = &it->second.compiled->spec;
-  out.loaded_ = &it->second;
-  return out;
+  std::string text = spec.to_text();
+  const LoadedKernel* out = nullptr;
+  {
+    std::lock_guard lock(rt.loaded_mutex);
+    auto it = rt.loaded.find(text);
+    if (it == rt.loaded.end()) {
+      LoadedKernel k;
+      k.compiled = rt.cache.get(spec);
+      rt.make_current();
+      const DriverApi& api = driver();
+      MOEJIT_CU(api.cuModuleLoadData(&k.module, k.compiled->cubin.data()));
+      MOEJIT_CU(api.cuModuleGetFunction(&k.function, k.module, "moejit_grouped_gemm"));
+      int smem = spec.dynamic_smem_bytes();
+      MOEJIT_CU(api.cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
+      MOEJIT_CU(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.ctas_per_sm, k.function, spec.threads_per_cta(), smem));
+      if (k.ctas_per_sm < 1) {
+        driver().cuModuleUnload(k.module);
+        throw DriverError(fmt::format("kernel {} cannot be resident on this device (registers or shared memory)", text),
+                          CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+      }
+      it = rt.loaded.emplace(text, std::move(k)).first;
+    }
+    out = &it->second;
+  }
+  if (packed) {
+    std::unique_lock lock(rt.hot_mutex);
+    rt.by_spec.try_emplace(*packed, out);
+  }
+  return *out;
 }
 
-void Kernel::launch(const GroupedGemmArgs& args, Stream stream) const {
-  if (!runtime_) throw InvalidArgument("Kernel::launch: this Kernel is empty (get one from Runtime::kernel)");
-  validate_args(args);
-  validate_args_match_spec(args, *spec_);
-  auto groups = host_groups(args);
-  if (groups) validate_groups(args, *groups);
-  runtime_->impl_->make_current();
-  launch_loaded(*runtime_->impl_, *static_cast<const LoadedKernel*>(loaded_), args, groups ? &*groups : nullptr, stream);
-}
-
-KernelSpec Runtime::choose_spec(const GroupedGemmArgs& args) const {
+// The problem as the heuristic sees it; `rows` holds the per-group rows it points to.
+GemmProblem problem_of(const GroupedGemmArgs& args, const HostGroups& groups, std::vector<int>& rows) {
   GemmProblem problem;
   problem.layout = args.layout;
   problem.ab_type = args.ab_type;
@@ -241,25 +301,165 @@ KernelSpec Runtime::choose_spec(const GroupedGemmArgs& args) const {
   problem.n = args.n;
   problem.k = args.k;
   problem.total_rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
-  std::vector<int> rows;
-  if (!args.host_groups.empty()) {
-    rows = group_rows_from(args, std::vector<int>(args.host_groups.begin(), args.host_groups.end()));
+  if (groups.known) {
+    rows.resize(args.num_groups);
+    for (int g = 0; g < args.num_groups; ++g) rows[g] = rows_of_group(args, groups.view, g);
     problem.group_rows = rows;
   }
-  return moejit::choose_spec(problem, impl_->arch, std::max(impl_->sm_count, 1));
+  return problem;
 }
+
+// The stored tuning result for a bucket, if it is a spec this device can run.
+std::optional<KernelSpec> stored_spec(Runtime::Impl& rt, const ShapeBucket& bucket) {
+  std::call_once(rt.tuned_read, [&] { rt.tuned = rt.tuning.load(); });
+  std::string text;
+  {
+    std::lock_guard lock(rt.tuned_mutex);
+    auto it = rt.tuned.find(bucket.to_text());
+    if (it == rt.tuned.end()) return std::nullopt;
+    text = it->second.spec_text;
+  }
+  try {
+    KernelSpec spec = KernelSpec::parse(text);
+    spec.validate();
+    if (spec.arch == rt.arch && spec.layout == bucket.layout && spec.a == bucket.ab_type && spec.c == bucket.c_type)
+      return spec;
+  } catch (const Error&) {
+  }
+  log_warning_once("tuned:" + text, fmt::format("ignoring tuning result '{}' in {}: not a spec for this device", text,
+                                                rt.tuning.path()));
+  return std::nullopt;
+}
+
+}  // namespace
+
+Kernel Runtime::kernel(const KernelSpec& spec) {
+  if (!impl_->has_device)
+    throw DriverError(fmt::format("Runtime::kernel: this runtime is offline ({}); it can compile but not load kernels",
+                                  impl_->arch.to_text()),
+                      CUDA_ERROR_NO_DEVICE);
+  if (!(spec.arch == impl_->arch))
+    throw InvalidArgument(fmt::format("Runtime::kernel: spec arch={} but the device is {}", spec.arch.to_text(),
+                                      impl_->arch.to_text()));
+  const LoadedKernel& loaded = load_kernel(*impl_, spec);
+  Kernel out;
+  out.runtime_ = this;
+  out.spec_ = &loaded.compiled->spec;
+  out.loaded_ = &loaded;
+  return out;
+}
+
+void Kernel::launch(const GroupedGemmArgs& args, Stream stream) const {
+  if (!runtime_) throw InvalidArgument("Kernel::launch: this Kernel is empty (get one from Runtime::kernel)");
+  validate_args(args);
+  validate_args_match_spec(args, *spec_);
+  runtime_->impl_->make_current();
+  HostGroups groups = host_groups(args);
+  if (groups.known) validate_groups(args, groups.view);
+  launch_loaded(*runtime_->impl_, *static_cast<const LoadedKernel*>(loaded_), args, groups.get(), stream);
+}
+
+KernelSpec Runtime::choose_spec(const GroupedGemmArgs& args) const {
+  HostGroups groups;
+  if (!args.host_groups.empty()) groups.view = args.host_groups, groups.known = true;
+  std::vector<int> rows;
+  return moejit::choose_spec(problem_of(args, groups, rows), impl_->arch, std::max(impl_->sm_count, 1));
+}
+
+std::optional<KernelSpec> Runtime::tuned_spec(const GroupedGemmArgs& args) {
+  validate_args(args);
+  if (impl_->has_device) impl_->make_current();
+  HostGroups groups;
+  if (!args.host_groups.empty() || impl_->has_device) groups = host_groups(args);
+  if (groups.known) validate_groups(args, groups.view);
+  return stored_spec(*impl_, bucket_of(args, groups));
+}
+
+std::string Runtime::tuning_file() const { return impl_->tuning.path(); }
 
 void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
   validate_args(args);
   if (!impl_->has_device) throw DriverError("Runtime::grouped_gemm: this runtime is offline", CUDA_ERROR_NO_DEVICE);
   impl_->make_current();
-  auto groups = host_groups(args);
-  if (groups) validate_groups(args, *groups);
-  GroupedGemmArgs with_groups = args;
-  if (groups && args.host_groups.empty()) with_groups.host_groups = *groups;
-  KernelSpec spec = choose_spec(with_groups);
-  Kernel k = kernel(spec);
-  launch_loaded(*impl_, *static_cast<const LoadedKernel*>(k.loaded_), args, groups ? &*groups : nullptr, stream);
+  HostGroups groups = host_groups(args);
+  if (groups.known) validate_groups(args, groups.view);
+  ShapeBucket bucket = bucket_of(args, groups);
+  const LoadedKernel* k = nullptr;
+  {
+    std::shared_lock lock(impl_->hot_mutex);
+    if (auto it = impl_->by_bucket.find(bucket); it != impl_->by_bucket.end()) k = it->second;
+  }
+  if (!k) {
+    // First call in this bucket: a stored tuning result, a tuning run now, or the heuristic.
+    std::optional<KernelSpec> spec = stored_spec(*impl_, bucket);
+    if (!spec && impl_->options.autotune) {
+      GroupedGemmArgs with_groups = args;
+      if (groups.known) with_groups.host_groups = groups.view;
+      spec = tune(with_groups, stream).best;
+    }
+    if (!spec) {
+      std::vector<int> rows;
+      spec = moejit::choose_spec(problem_of(args, groups, rows), impl_->arch, std::max(impl_->sm_count, 1));
+    }
+    const LoadedKernel& loaded = load_kernel(*impl_, *spec);
+    std::unique_lock lock(impl_->hot_mutex);
+    k = impl_->by_bucket.try_emplace(bucket, &loaded).first->second;
+  }
+  launch_loaded(*impl_, *k, args, groups.get(), stream);
+}
+
+TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneOptions& options) {
+  validate_args(args);
+  if (!impl_->has_device) throw DriverError("Runtime::tune: this runtime is offline: tuning times kernels on a GPU", CUDA_ERROR_NO_DEVICE);
+  if (!(options.ms_per_candidate > 0 && options.ms_per_candidate <= 60000))
+    throw InvalidArgument(fmt::format("Runtime::tune: ms_per_candidate={} (expected > 0 and at most 60000)", options.ms_per_candidate));
+  if (options.compile_threads < 0)
+    throw InvalidArgument(fmt::format("Runtime::tune: compile_threads={} (expected >= 0; 0 means one per core)", options.compile_threads));
+  impl_->make_current();
+  HostGroups groups = host_groups(args);
+  if (groups.known) validate_groups(args, groups.view);
+  ShapeBucket bucket = bucket_of(args, groups);
+  std::vector<int> rows;
+  std::vector<KernelSpec> specs = tuning_candidates(problem_of(args, groups, rows), impl_->arch, std::max(impl_->sm_count, 1));
+
+  int threads = options.compile_threads ? options.compile_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::string> errors = compile_in_parallel(specs.size(), threads, [&](std::size_t i) { impl_->cache.get(specs[i]); });
+
+  TuneResult result;
+  result.bucket = bucket.to_text();
+  const LoadedKernel* best = nullptr;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    TuneCandidate c{specs[i], 0, errors[i]};
+    if (c.error.empty()) {
+      try {
+        const LoadedKernel& loaded = load_kernel(*impl_, specs[i]);
+        c.ms = time_launches([&] { launch_loaded(*impl_, loaded, args, groups.get(), stream); }, stream, options.ms_per_candidate);
+        if (!best || c.ms < result.best_ms) best = &loaded, result.best = specs[i], result.best_ms = c.ms;
+      } catch (const DriverError& e) {
+        // A kernel that cannot be resident is skipped; any other driver error (a faulting launch
+        // leaves the context unusable) ends the tuning run.
+        if (e.code() != CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) throw;
+        c.error = e.what();
+      }
+    }
+    result.candidates.push_back(std::move(c));
+  }
+  if (!best)
+    throw CompileError(fmt::format("Runtime::tune: no candidate for {} could be built; the heuristic's choice failed with:\n{}",
+                                   result.bucket, result.candidates[0].error));
+  result.heuristic = result.candidates[0].spec;
+  result.heuristic_ms = result.candidates[0].ms;
+
+  TunedEntry entry{result.best.to_text(), result.best_ms, result.heuristic_ms};
+  {
+    std::call_once(impl_->tuned_read, [&] { impl_->tuned = impl_->tuning.load(); });
+    std::lock_guard lock(impl_->tuned_mutex);
+    impl_->tuned[result.bucket] = entry;
+    if (options.store) impl_->tuning.store(result.bucket, entry);
+  }
+  std::unique_lock lock(impl_->hot_mutex);
+  impl_->by_bucket.insert_or_assign(bucket, best);
+  return result;
 }
 
 }  // namespace moejit

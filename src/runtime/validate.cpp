@@ -55,7 +55,7 @@ void validate_args_match_spec(const GroupedGemmArgs& a, const KernelSpec& spec) 
   if (a.c_type != spec.c) bad("c_type={} but the kernel was built for c={}", to_text(a.c_type), to_text(spec.c));
 }
 
-void validate_groups(const GroupedGemmArgs& a, const std::vector<int>& g) {
+void validate_groups(const GroupedGemmArgs& a, std::span<const int> g) {
   if (a.layout == GroupLayout::contiguous) {
     if (g.size() != static_cast<std::size_t>(a.num_groups) + 1)
       bad("host_groups has {} entries (expected num_groups + 1 = {} offsets)", g.size(), a.num_groups + 1);

@@ -1,0 +1,126 @@
+#include "heuristics/tuning.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+
+namespace moejit {
+namespace {
+
+int ceil_log2(long long v) { return v <= 1 ? 0 : 64 - std::countl_zero(static_cast<std::uint64_t>(v - 1)); }
+
+struct TileConfig {
+  TileShape tile;
+  int stages, warps_m, warps_n;
+};
+// Hopper: the tiles of the v2 sweep, each with the most stages that fit (228 KB per SM).
+constexpr TileConfig kHopperTiles[] = {
+    {{64, 256, 64}, 5, 1, 1}, {{128, 256, 64}, 4, 1, 1}, {{128, 192, 64}, 5, 1, 1},
+    {{128, 128, 64}, 6, 1, 1}, {{64, 128, 64}, 6, 1, 1},
+};
+constexpr TileConfig kPortableTiles[] = {
+    {{64, 128, 32}, 4, 2, 4}, {{128, 128, 32}, 4, 2, 4}, {{128, 64, 32}, 4, 4, 2}, {{64, 64, 32}, 4, 2, 2},
+};
+
+}  // namespace
+
+std::string ShapeBucket::to_text() const {
+  return fmt::format("layout={},ab={},c={},groups={},n={},k={},rows<={},active<={}", moejit::to_text(layout),
+                     moejit::to_text(ab_type), moejit::to_text(c_type), num_groups, n, k, 1ll << rows_log2,
+                     1ll << active_log2);
+}
+
+std::optional<ShapeBucket> ShapeBucket::parse(std::string_view text) {
+  // The exact form to_text() writes; anything else (an older format, a hand edit) is not a bucket.
+  ShapeBucket b;
+  auto take = [&](std::string_view prefix) -> std::optional<std::string_view> {
+    if (!text.starts_with(prefix)) return std::nullopt;
+    text.remove_prefix(prefix.size());
+    auto comma = text.find(',');
+    std::string_view value = text.substr(0, comma);
+    text.remove_prefix(comma == std::string_view::npos ? text.size() : comma + 1);
+    return value;
+  };
+  auto number = [](std::optional<std::string_view> v, long long& out) {
+    if (!v || v->empty()) return false;
+    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+    return ec == std::errc() && end == v->data() + v->size();
+  };
+  auto dtype = [](std::optional<std::string_view> v, DType& out) {
+    for (DType d : {DType::bf16, DType::f16, DType::f32})
+      if (v && *v == moejit::to_text(d)) return out = d, true;
+    return false;
+  };
+  auto layout = take("layout=");
+  if (layout == moejit::to_text(GroupLayout::contiguous)) b.layout = GroupLayout::contiguous;
+  else if (layout == moejit::to_text(GroupLayout::masked)) b.layout = GroupLayout::masked;
+  else return std::nullopt;
+  long long groups, n, k, rows, active;
+  if (!dtype(take("ab="), b.ab_type) || !dtype(take("c="), b.c_type)) return std::nullopt;
+  if (!number(take("groups="), groups) || !number(take("n="), n) || !number(take("k="), k) ||
+      !number(take("rows<="), rows) || !number(take("active<="), active) || !text.empty())
+    return std::nullopt;
+  if (groups < 1 || groups > INT32_MAX || n < 1 || n > INT32_MAX || k < 1 || k > INT32_MAX) return std::nullopt;
+  if (rows < 1 || !std::has_single_bit(static_cast<std::uint64_t>(rows)) || active < 1 ||
+      !std::has_single_bit(static_cast<std::uint64_t>(active)))
+    return std::nullopt;
+  b.num_groups = (int)groups, b.n = (int)n, b.k = (int)k;
+  b.rows_log2 = ceil_log2(rows), b.active_log2 = ceil_log2(active);
+  return b;
+}
+
+ShapeBucket ShapeBucket::of(GroupLayout layout, DType ab, DType c, int num_groups, int n, int k, long long rows,
+                            long long active) {
+  ShapeBucket b;
+  b.layout = layout;
+  b.ab_type = ab;
+  b.c_type = c;
+  b.num_groups = num_groups;
+  b.n = n;
+  b.k = k;
+  long long per_group = active > 0 ? (rows + active - 1) / active : 0;
+  b.rows_log2 = ceil_log2(per_group);
+  b.active_log2 = ceil_log2(active);
+  return b;
+}
+
+std::size_t ShapeBucketHash::operator()(const ShapeBucket& b) const noexcept {
+  std::uint64_t x = (std::uint64_t)(unsigned)b.n | (std::uint64_t)(unsigned)b.k << 32;
+  std::uint64_t y = (std::uint64_t)(unsigned)b.num_groups | (std::uint64_t)b.layout << 32 | (std::uint64_t)b.ab_type << 34 |
+                    (std::uint64_t)b.c_type << 36 | (std::uint64_t)b.rows_log2 << 40 | (std::uint64_t)b.active_log2 << 48;
+  x ^= y * 0x9e3779b97f4a7c15ull;
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  return static_cast<std::size_t>(x ^ (x >> 29));
+}
+
+std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch& arch, int sm_count) {
+  KernelSpec chosen = choose_spec(problem, arch, sm_count);
+  std::vector<KernelSpec> out = {chosen};
+  auto add = [&](const TileConfig& t) {
+    for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {
+      KernelSpec s = chosen;
+      s.tile = t.tile;
+      s.stages = t.stages;
+      s.warps_m = t.warps_m;
+      s.warps_n = t.warps_n;
+      s.scheduler = sched;
+      if (s.family == KernelFamily::portable && (arch.sm() == 86 || arch.sm() == 89)) s.stages = 3;
+      try {
+        s.validate();
+      } catch (const std::exception&) {
+        continue;  // does not fit this arch's shared memory
+      }
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    }
+  };
+  if (chosen.family == KernelFamily::hopper)
+    for (auto& t : kHopperTiles) add(t);
+  else
+    for (auto& t : kPortableTiles) add(t);
+  return out;
+}
+
+}  // namespace moejit

@@ -1,0 +1,132 @@
+// GPU tests of the autotuner and the high-level call's per-bucket choice: every config the tuner
+// may pick computes the right result; a tuning result is stored, reused by a new Runtime, and
+// used by grouped_gemm; autotune on first call; shapes alternating between buckets.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "gpu_problem.hpp"
+#include "heuristics/tuning.hpp"
+#include "moejit/moejit.hpp"
+#include "runtime/tuner.hpp"
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+
+GroupedProblem tuning_problem(GroupLayout layout, std::vector<int> rows, int n, int k, std::mt19937& rng) {
+  GroupedProblem p;
+  p.layout = layout;
+  p.groups = (int)rows.size();
+  p.rows_of = std::move(rows);
+  p.n = n;
+  p.k = k;
+  p.capacity = *std::max_element(p.rows_of.begin(), p.rows_of.end()) + 5;
+  p.fill(rng);
+  return p;
+}
+
+void expect_correct(const GroupedProblem& p, const std::string& what) {
+  MOEJIT_CU(driver().cuCtxSynchronize());
+  auto r = p.check();
+  INFO(fmt::format("{}: rel_err {:.2e} nan {} written_outside {}", what, r.rel_err, r.nan_in_groups, r.written_outside));
+  CHECK(r.nan_in_groups == 0);
+  CHECK(r.written_outside == 0);
+  CHECK(r.rel_err < 1e-2);
+}
+
+GemmProblem as_problem(const GroupedProblem& p) {
+  GemmProblem g;
+  g.layout = p.layout;
+  g.num_groups = p.groups;
+  g.n = p.n;
+  g.k = p.k;
+  for (int r : p.rows_of) g.total_rows += r;
+  g.group_rows = p.rows_of;
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("every config the tuner may pick is correct", "[gpu][tuning]") {
+  Runtime rt;
+  std::mt19937 rng(31);
+  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
+    // Decode-sized and prefill-sized groups: the candidate lists start from different choices.
+    for (std::vector<int> rows : {std::vector<int>{3, 0, 1, 40, 7, 64, 0, 12}, std::vector<int>{300, 0, 129, 1000, 64, 257}}) {
+      auto p = tuning_problem(layout, rows, 392, 328, rng);
+      auto specs = tuning_candidates(as_problem(p), rt.arch(), rt.sm_count());
+      auto errors = compile_in_parallel(specs.size(), 16, [&](std::size_t i) { rt.compile(specs[i]); });
+      for (std::size_t i = 0; i < specs.size(); ++i) {
+        INFO(specs[i].to_text());
+        REQUIRE(errors[i] == "");
+        for (int launch = 0; launch < 2; ++launch) {  // the dynamic counter must reset itself
+          p.poison();
+          rt.kernel(specs[i]).launch(p.args(), nullptr);
+          expect_correct(p, fmt::format("{} launch {}", specs[i].to_text(), launch));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tune: times every candidate, stores the best, a new runtime and grouped_gemm use it", "[gpu][tuning]") {
+  std::mt19937 rng(32);
+  auto p = tuning_problem(GroupLayout::contiguous, {200, 0, 512, 77, 1000, 300, 0, 128}, 1024, 512, rng);
+  TuneResult result;
+  {
+    Runtime rt;
+    CHECK_THROWS_AS(rt.tune(p.args(), nullptr, TuneOptions{0, -1.0, true}), InvalidArgument);
+    CHECK_THROWS_AS(rt.tune(p.args(), nullptr, TuneOptions{-2, 5.0, true}), InvalidArgument);
+    result = rt.tune(p.args(), nullptr, TuneOptions{0, 5.0, true});
+    REQUIRE(result.candidates.size() >= 2);
+    CHECK(result.candidates[0].spec == result.heuristic);
+    CHECK(result.candidates[0].spec == rt.choose_spec(p.args()));
+    for (auto& c : result.candidates) {
+      INFO(c.spec.to_text() << " " << c.error);
+      CHECK(c.error == "");
+      CHECK(c.ms > 0);
+      CHECK(c.ms >= result.best_ms);
+    }
+    CHECK(result.best_ms > 0);
+    CHECK(result.heuristic_ms >= result.best_ms);
+    if (!rt.tuning_file().empty()) CHECK(std::filesystem::exists(rt.tuning_file()));
+  }
+  Runtime later;
+  if (!later.tuning_file().empty()) {
+    auto stored = later.tuned_spec(p.args());
+    REQUIRE(stored.has_value());
+    CHECK(*stored == result.best);
+  }
+  p.poison();
+  later.grouped_gemm(p.args(), nullptr);
+  expect_correct(p, "grouped_gemm with the stored choice");
+}
+
+TEST_CASE("grouped_gemm: alternating shape buckets, autotune on first call", "[gpu][tuning]") {
+  std::mt19937 rng(33);
+  auto decode = tuning_problem(GroupLayout::contiguous, std::vector<int>(16, 2), 512, 256, rng);
+  auto prefill = tuning_problem(GroupLayout::contiguous, {600, 700, 0, 512, 900}, 512, 256, rng);
+  auto masked = tuning_problem(GroupLayout::masked, {5, 0, 300, 17}, 256, 128, rng);
+  Runtime rt;
+  for (int round = 0; round < 2; ++round)
+    for (auto* p : {&decode, &prefill, &masked}) {
+      p->poison();
+      rt.grouped_gemm(p->args(), nullptr);
+      expect_correct(*p, fmt::format("round {} {} groups layout {}", round, p->groups, to_text(p->layout)));
+    }
+  RuntimeOptions options;
+  options.autotune = true;
+  Runtime tuned(options);
+  auto odd = tuning_problem(GroupLayout::contiguous, {33, 0, 1, 250, 3, 8}, 264, 200, rng);
+  odd.poison();
+  tuned.grouped_gemm(odd.args(), nullptr);
+  expect_correct(odd, "autotuned first call");
+  if (!tuned.tuning_file().empty()) CHECK(tuned.tuned_spec(odd.args()).has_value());
+  odd.poison();
+  tuned.grouped_gemm(odd.args(), nullptr);
+  expect_correct(odd, "autotuned second call");
+}

@@ -1,0 +1,196 @@
+// The hot-path keys (packed spec, shape bucket), the tuner's candidate list and its file, and the
+// entry points that need a GPU failing clearly without one.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <set>
+
+#include "cache/kernel_cache.hpp"
+#include "cache/spec_key.hpp"
+#include "cache/tuning_table.hpp"
+#include "driver/driver_api.hpp"
+#include "heuristics/config.hpp"
+#include "heuristics/tuning.hpp"
+#include "moejit/moejit.hpp"
+#include "test_support.hpp"
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+const Arch kHopper{9, 0, true};
+const Arch kAmpere{8, 0, false};
+}  // namespace
+
+TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key", "[tuning][hot]") {
+  KernelSpec base = KernelSpec::parse("family=portable,arch=sm_80,tile=64x128x32,stages=4,warps=2x4");
+  REQUIRE(pack_spec(base));
+  CHECK(*pack_spec(base) == *pack_spec(KernelSpec::parse(base.to_text())));
+  std::vector<KernelSpec> variants;
+  auto vary = [&](auto change) {
+    KernelSpec s = base;
+    change(s);
+    variants.push_back(s);
+  };
+  vary([](KernelSpec& s) { s.family = KernelFamily::hopper; });
+  vary([](KernelSpec& s) { s.arch.major = 9; });
+  vary([](KernelSpec& s) { s.arch.minor = 6; });
+  vary([](KernelSpec& s) { s.arch.arch_specific = true; });
+  vary([](KernelSpec& s) { s.layout = GroupLayout::masked; });
+  vary([](KernelSpec& s) { s.a = DType::f16; });
+  vary([](KernelSpec& s) { s.b = DType::f16; });
+  vary([](KernelSpec& s) { s.c = DType::f32; });
+  vary([](KernelSpec& s) { s.acc = DType::f16; });
+  vary([](KernelSpec& s) { s.tile.m = 128; });
+  vary([](KernelSpec& s) { s.tile.n = 64; });
+  vary([](KernelSpec& s) { s.tile.k = 64; });
+  vary([](KernelSpec& s) { s.stages = 5; });
+  vary([](KernelSpec& s) { s.warps_m = 4; });
+  vary([](KernelSpec& s) { s.warps_n = 2; });
+  vary([](KernelSpec& s) { s.cluster_m = 2; });
+  vary([](KernelSpec& s) { s.cluster_n = 2; });
+  vary([](KernelSpec& s) { s.scheduler = Scheduler::dynamic; });
+  vary([](KernelSpec& s) { s.fusion.gather_a = true; });
+  vary([](KernelSpec& s) { s.fusion.scatter_c = true; });
+  vary([](KernelSpec& s) { s.fusion.routing_weight = true; });
+  vary([](KernelSpec& s) { s.fusion.bias = true; });
+  vary([](KernelSpec& s) { s.fusion.activation = Activation::swiglu_oai; });
+  std::set<std::pair<std::uint64_t, std::uint64_t>> keys;
+  keys.insert({pack_spec(base)->lo, pack_spec(base)->hi});
+  for (auto& v : variants) {
+    auto k = pack_spec(v);
+    REQUIRE(k);
+    CHECK(keys.insert({k->lo, k->hi}).second);
+  }
+  // Fields out of their bits: no key (the text-keyed path serves them).
+  KernelSpec wide = base;
+  wide.tile.m = 1 << 16;
+  CHECK_FALSE(pack_spec(wide));
+  wide = base;
+  wide.stages = -1;
+  CHECK_FALSE(pack_spec(wide));
+}
+
+TEST_CASE("kernel cache hot path: repeated gets return the same kernel as memory hits", "[tuning][hot][cache]") {
+  TempDir dir;
+  TemplateStore templates = fast_template_store(dir);
+  KernelCache cache(templates, NvrtcCompiler(), DiskCache((dir.path() / "cache").string()));
+  KernelSpec spec = KernelSpec::parse("family=portable,arch=sm_80,tile=64x64x32,stages=2,warps=2x2");
+  CacheOutcome outcome;
+  auto first = cache.get(spec, &outcome);
+  CHECK(outcome == CacheOutcome::compiled);
+  for (int i = 0; i < 3; ++i) {
+    auto again = cache.get(spec, &outcome);
+    CHECK(outcome == CacheOutcome::memory_hit);
+    CHECK(again.get() == first.get());
+  }
+  // An unpackable spec still goes through the text-keyed path (and fails validation there).
+  KernelSpec wide = spec;
+  wide.tile.m = 1 << 16;
+  CHECK_THROWS_AS(cache.get(wide), SpecError);
+}
+
+TEST_CASE("shape buckets: rounding, text round trip, rejects other text", "[tuning]") {
+  auto b = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 5760, 2880, 65536, 128);
+  CHECK(b.to_text() == "layout=contiguous,ab=bf16,c=bf16,groups=128,n=5760,k=2880,rows<=512,active<=128");
+  CHECK(ShapeBucket::parse(b.to_text()) == b);
+  // 513 rows per group rounds up to 1024; 65 rows per group is past the heuristic's 64.
+  CHECK(ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 64, 64, 513 * 8, 8).rows_log2 == 10);
+  auto small = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 64, 64, 64 * 5, 5);
+  auto large = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 64, 64, 65 * 5, 5);
+  CHECK(small.rows_log2 == 6);
+  CHECK(large.rows_log2 == 7);
+  CHECK_FALSE(small == large);
+  CHECK(ShapeBucketHash()(small) != ShapeBucketHash()(large));
+  auto one = ShapeBucket::of(GroupLayout::masked, DType::f16, DType::f32, 4, 64, 64, 0, 0);
+  CHECK(ShapeBucket::parse(one.to_text()) == one);
+  for (const char* bad : {"", "layout=contiguous", "layout=other,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1",
+                          "layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=3,active<=1",
+                          "layout=masked,ab=bf16,c=bf16,groups=0,n=8,k=8,rows<=1,active<=1",
+                          "layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,extra=1"})
+    CHECK_FALSE(ShapeBucket::parse(bad));
+}
+
+TEST_CASE("tuning candidates: heuristic first, all valid and distinct, both schedulers", "[tuning]") {
+  for (const Arch& arch : {kHopper, kAmpere, Arch{8, 9, false}}) {
+    for (long long rows : {16ll, 4096ll, 131072ll}) {
+      std::vector<int> group_rows(128, (int)(rows / 128));
+      GemmProblem problem{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 4096, 7168, rows, group_rows};
+      auto specs = tuning_candidates(problem, arch, 132);
+      INFO(arch.to_text() << " rows " << rows);
+      REQUIRE(specs.size() >= 4);
+      CHECK(specs[0] == choose_spec(problem, arch, 132));
+      std::set<std::string> texts;
+      bool has_static = false, has_dynamic = false;
+      for (auto& s : specs) {
+        CHECK_NOTHROW(s.validate());
+        CHECK(s.layout == problem.layout);
+        CHECK(texts.insert(s.to_text()).second);
+        has_static |= s.scheduler == Scheduler::static_persistent;
+        has_dynamic |= s.scheduler == Scheduler::dynamic;
+      }
+      CHECK(has_static);
+      CHECK(has_dynamic);
+    }
+  }
+}
+
+TEST_CASE("tuning table: stores, merges, survives garbage lines, disabled without a folder", "[tuning]") {
+  TempDir dir;
+  TuningTable table(dir.str(), "NVIDIA H100 80GB HBM3", 13000, "0.1.0", "0123456789abcdef0123456789abcdef");
+  REQUIRE(table.enabled());
+  CHECK(table.path().find("NVIDIA-H100-80GB-HBM3_driver13000_moejit0.1.0_0123456789ab.tsv") != std::string::npos);
+  CHECK(table.load().empty());
+  table.store("bucket-a", {"family=hopper,tile=128x256x64", 1.5, 1.75});
+  table.store("bucket-b", {"family=hopper,tile=64x256x64", 0.25, 0.25});
+  table.store("bucket-a", {"family=hopper,tile=128x128x64", 1.25, 1.75});
+  auto entries = table.load();
+  REQUIRE(entries.size() == 2);
+  CHECK(entries["bucket-a"].spec_text == "family=hopper,tile=128x128x64");
+  CHECK(entries["bucket-a"].best_ms == Approx(1.25));
+  CHECK(entries["bucket-b"].heuristic_ms == Approx(0.25));
+  write_bytes(table.path(), read_bytes(table.path()) + "garbage\nx\ty\tnot-a-number\t1\n");
+  CHECK(table.load().size() == 2);
+  // Another device's table is another file.
+  TuningTable other(dir.str(), "NVIDIA H200", 13000, "0.1.0", "0123456789abcdef0123456789abcdef");
+  CHECK(other.load().empty());
+  TuningTable off;
+  CHECK_FALSE(off.enabled());
+  CHECK_NOTHROW(off.store("bucket", {"x", 1, 1}));
+  CHECK(off.load().empty());
+}
+
+TEST_CASE("tune and tuned_spec without a GPU", "[tuning]") {
+  auto rt = Runtime::offline(kHopper);
+  GroupedGemmArgs args;
+  alignas(16) static char buffer[4096];
+  static int offsets[3] = {0, 8, 16};
+  args.a = args.b = args.c = buffer;
+  args.num_groups = 2;
+  args.n = 64;
+  args.k = 64;
+  args.group_offsets = offsets;
+  args.total_rows = 16;
+  args.host_groups = offsets;
+  CHECK_THROWS_AS(rt->tune(args, nullptr), DriverError);
+  CHECK_FALSE(rt->tuned_spec(args).has_value());
+  CHECK(rt->tuning_file().empty());
+  args.n = 7;
+  CHECK_THROWS_AS(rt->tune(args, nullptr), InvalidArgument);
+}
+
+TEST_CASE("moejit tune: usage errors and no GPU", "[tuning][cli]") {
+  const std::string cli = MOEJIT_CLI_PATH;
+  auto help = run_command(cli + " tune --help");
+  CHECK(help.code == 0);
+  CHECK(help.out.find("--model NAME") != std::string::npos);
+  CHECK(run_command(cli + " tune").code == 2);
+  CHECK(run_command(cli + " tune --model gpt-oss-120b --ms -3").code == 2);
+  CHECK(run_command(cli + " tune --model gpt-oss-120b --tokens 16,x").code == 2);
+  CHECK(run_command(cli + " tune --model no-such-model").code == 2);
+  if (!driver_has_device()) {
+    auto r = run_command(cli + " tune --model gpt-oss-120b --tokens 16");
+    CHECK(r.code == 1);
+    CHECK(r.out.find("no CUDA driver or GPU") != std::string::npos);
+  }
+}
