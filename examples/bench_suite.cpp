@@ -6,6 +6,12 @@
 // overrides of the chosen spec (rows marked by their spec), for tuning; MODELS=a,b limits models.
 // It also writes the routing of every case to ROUTING_FILE (argv[1], default routing.csv) so that
 // tests/gpu/peers.py times torch._grouped_mm on exactly the same group sizes in the same run.
+//
+// BENCH_TUNE=1: heuristic against autotuner instead. Each case runs Runtime::tune (every
+// candidate config compiled in parallel and timed, TUNE_MS ms each, default 20), then times the
+// heuristic's choice and the tuner's best again, interleaved (3 rounds each), and prints
+//   model,gemm,tokens,E,topk,N,K,sumM,active,heur_ms,best_ms,ratio,within_5pct,heuristic,best,candidates
+// then a markdown table (also written to TUNE_TABLE, default tune_table.md): cases within 5%.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -70,6 +76,42 @@ moejit::KernelSpec override_fields(const moejit::KernelSpec& base, const std::st
   return moejit::KernelSpec::parse(merged);
 }
 
+// "128x256x64 s4 dynamic": the fields the tuner varies.
+std::string short_spec(const moejit::KernelSpec& s) {
+  return fmt::format("{}x{}x{} s{} {}", s.tile.m, s.tile.n, s.tile.k, s.stages,
+                     s.scheduler == moejit::Scheduler::dynamic ? "dynamic" : "static");
+}
+
+// Median time of one launch over about `budget_ms` of launches (3..50), after one warm-up.
+double time_kernel(const moejit::Kernel& kernel, const moejit::GroupedGemmArgs& args, cudaEvent_t start, cudaEvent_t stop,
+                   float budget_ms) {
+  kernel.launch(args, nullptr);
+  float once = 0;
+  cudaEventRecord(start);
+  kernel.launch(args, nullptr);
+  cudaEventRecord(stop);
+  cudaEventSynchronize(stop);
+  cudaEventElapsedTime(&once, start, stop);
+  int reps = std::clamp((int)(budget_ms / std::max(once, 1e-3f)), 3, 50);
+  std::vector<float> ms(reps);
+  for (auto& t : ms) {
+    cudaEventRecord(start);
+    kernel.launch(args, nullptr);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    cudaEventElapsedTime(&t, start, stop);
+  }
+  check(cudaGetLastError(), "launch");
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct TuneRow {
+  std::string name;
+  double heuristic_ms, best_ms;
+  std::string heuristic, best;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,7 +125,15 @@ int main(int argc, char** argv) {
   moejit::Runtime rt;
   fmt::print(stderr, "device {} ({}, {} SMs)\n", rt.device_name(), rt.arch().to_text(), rt.sm_count());
   FILE* routing = std::fopen(routing_path, "w");
-  fmt::print("model,gemm,tokens,E,topk,N,K,sumM,active,ms,tflops,gbps,spec\n");
+  const bool tune_mode = std::getenv("BENCH_TUNE") && std::string(std::getenv("BENCH_TUNE")) != "0";
+  moejit::TuneOptions tune_options;
+  tune_options.store = false;
+  if (const char* ms = std::getenv("TUNE_MS")) tune_options.ms_per_candidate = std::stod(ms);
+  std::vector<TuneRow> tune_rows;
+  if (tune_mode)
+    fmt::print("model,gemm,tokens,E,topk,N,K,sumM,active,heur_ms,best_ms,ratio,within_5pct,heuristic,best,candidates\n");
+  else
+    fmt::print("model,gemm,tokens,E,topk,N,K,sumM,active,ms,tflops,gbps,spec\n");
   std::mt19937 rng(2026);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
@@ -125,6 +175,33 @@ int main(int argc, char** argv) {
         args.group_offsets = d_off;
         args.total_rows = rows;
         args.host_groups = offsets;
+        if (tune_mode) {
+          moejit::TuneResult r = rt.tune(args, nullptr, tune_options);
+          moejit::Kernel heuristic = rt.kernel(r.heuristic), best = rt.kernel(r.best);
+          // Timed again, interleaved, so that the verdict does not rest on the minimum of the
+          // tuner's noisy samples.
+          std::vector<double> h_ms, b_ms;
+          for (int round = 0; round < 3; ++round) {
+            h_ms.push_back(time_kernel(heuristic, args, start, stop, 30));
+            b_ms.push_back(r.best == r.heuristic ? h_ms.back() : time_kernel(best, args, start, stop, 30));
+          }
+          std::sort(h_ms.begin(), h_ms.end());
+          std::sort(b_ms.begin(), b_ms.end());
+          double h = h_ms[1], b = std::min(b_ms[1], h);  // the tuner's best is never slower than the heuristic
+          std::string candidates;
+          for (auto& c : r.candidates)
+            candidates += fmt::format("{}{}={}", candidates.empty() ? "" : "; ", short_spec(c.spec),
+                                      c.error.empty() ? fmt::format("{:.4f}", c.ms) : "failed");
+          fmt::print("{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.3f},{},{},{},\"{}\"\n", m.name, gemm, tokens, m.experts, m.topk, n, k,
+                     rows, active, h, b, h / b, h / b <= 1.05 ? "yes" : "no", short_spec(r.heuristic), short_spec(r.best),
+                     candidates);
+          std::fflush(stdout);
+          tune_rows.push_back({fmt::format("{} {} {}", m.name, gemm, tokens), h, b, short_spec(r.heuristic), short_spec(r.best)});
+          cudaFree(d_a);
+          cudaFree(d_c);
+          cudaFree(d_off);
+          continue;
+        }
         std::vector<moejit::KernelSpec> specs = {rt.choose_spec(args)};
         if (const char* extra = std::getenv("BENCH_SPECS")) {
           std::stringstream list(extra);
@@ -169,5 +246,20 @@ int main(int argc, char** argv) {
     }
   }
   std::fclose(routing);
+  if (tune_mode) {
+    int within = 0;
+    std::string table = "| case | heuristic | ms | tuned best | ms | heuristic / best |\n|---|---|---|---|---|---|\n";
+    for (auto& r : tune_rows) {
+      within += r.heuristic_ms <= 1.05 * r.best_ms;
+      table += fmt::format("| {} | {} | {:.4f} | {} | {:.4f} | {:.3f}{} |\n", r.name, r.heuristic, r.heuristic_ms,
+                           r.best == r.heuristic ? "(same)" : r.best, r.best_ms, r.heuristic_ms / r.best_ms,
+                           r.heuristic_ms <= 1.05 * r.best_ms ? "" : " **>5%**");
+    }
+    table += fmt::format("\n{} of {} cases within 5% of the tuned best ({}: {:.0f}%)\n", within, tune_rows.size(),
+                         rt.device_name(), 100.0 * within / std::max<std::size_t>(tune_rows.size(), 1));
+    const char* path = std::getenv("TUNE_TABLE") ? std::getenv("TUNE_TABLE") : "tune_table.md";
+    if (FILE* f = std::fopen(path, "w")) std::fputs(table.c_str(), f), std::fclose(f);
+    fmt::print(stderr, "{}", table);
+  }
   return 0;
 }

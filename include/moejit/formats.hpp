@@ -1,7 +1,57 @@
-// Host-side element conversions for preparing operands and checking results.
-// Round to nearest even; NaN stays NaN; overflow becomes infinity (as the hardware does).
+// Host-side number formats: element conversions for preparing operands and checking results, and
+// the quantize/pack and dequantize functions that convert weights and activations offline into the
+// byte layouts moejit's kernels read. Facts about the formats: docs/formats.md of the project
+// (OCP MX v1.0, NVIDIA's NVFP4 and FP8); the layouts below are moejit's own and are defined here only.
+//
+// 16-bit conversions (bf16, f16): round to nearest even; NaN stays NaN; overflow becomes infinity
+// (as the hardware does).
+//
+// ---------------------------------------------------------------------------------------------
+// Layouts (all arrays row-major, nothing padded unless said; "batches" below is QuantShape::batches)
+//
+//   Tensors are [batches][rows][k] with k contiguous:
+//     weights      E x N x K       batches = E experts, rows = N
+//     activations  M x K           batches = 1, rows = M (contiguous layout)
+//                  E x cap x K     batches = E, rows = capacity (masked layout)
+//
+//   FP8 E4M3 (Fp8Tensor): data[b][r][c], one byte per element, k any positive size.
+//     Value = e4m3_to_float(data) * scale, scale = amax / 448 over the scale's region.
+//     scales (fp32) by Fp8Scaling, per batch [scale_rows][scale_cols] (fp8_scale_shape):
+//       per_tensor     [batches][1][1]                       one scale per expert / tensor
+//       per_row        [batches][rows][1]                    per token (A) or per output channel (B)
+//       block_1x128    [batches][rows][ceil(k/128)]          activations (DeepSeek-V3)
+//       block_128x128  [batches][ceil(rows/128)][ceil(k/128)] weights (DeepSeek-V3)
+//     A partial last block (k or rows not a multiple of 128, e.g. gpt-oss's K = 2880) has its
+//     own scale over the elements present; kernels treat elements past the tensor as zero.
+//
+//   MXFP4 (Mxfp4Tensor): k must be a multiple of 32.
+//     data[b][r][k/2]: two E2M1 codes per byte, the lower k index in the low nibble
+//       (byte j of a row holds k = 2j in bits 0-3 and k = 2j+1 in bits 4-7).
+//     scales[b][r][k/32]: E8M0, block i covers k in [32i, 32i+32). Value = e2m1 * 2^(scale-127).
+//
+//   NVFP4 (Nvfp4Tensor): k must be a multiple of 16.
+//     data[b][r][k/2]: as MXFP4 (lower k index in the low nibble).
+//     scales[b][r][k/16]: E4M3 (positive), block i covers k in [16i, 16i+16).
+//     tensor_scales[b]: fp32, one per batch (per expert for weights, one for M x K activations).
+//     Value = e2m1 * e4m3_to_float(scale) * tensor_scale.
+//
+//   Kernels that want another arrangement (shuffled FP4 weights, transposed or TMA-aligned scale
+//   arrays) get it from a separate pack step; these plain layouts stay the interchange form.
+//
+// Rounding and special values, the same in every quantizer:
+//   - elements round to nearest, ties to even;
+//   - finite values past the largest finite element saturate (E4M3: +-448, E2M1: +-6), and so do
+//     infinities (as PTX cvt.satfinite does);
+//   - amax (for scales) is taken over finite elements only;
+//   - NaN: E4M3 keeps it (0x7F with the sign); FP4 has no NaN code, so a NaN element makes its
+//     block's scale NaN (MXFP4: E8M0 0xFF, NVFP4: E4M3 0x7F) and its codes 0;
+//   - an all-zero region gets FP8 scale 1.0, MXFP4 scale 2^-127 (E8M0 0x00, the smallest, as the
+//     OCP spec says), NVFP4 block scale 0 (and tensor scale 1.0 for an all-zero tensor).
+// Every function checks its arguments and throws InvalidArgument naming the bad one.
+// ---------------------------------------------------------------------------------------------
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace moejit {
 
@@ -9,5 +59,77 @@ std::uint16_t float_to_bf16(float value);
 float bf16_to_float(std::uint16_t bits);
 std::uint16_t float_to_f16(float value);
 float f16_to_float(std::uint16_t bits);
+
+// ---- 8- and 4-bit elements ----
+
+// FP8 E4M3 (OCP e4m3fn): bias 7, no infinities, largest finite 448, NaN = S.1111.111.
+std::uint8_t float_to_e4m3(float value);  // nearest even; past 448 (and inf) -> +-448; NaN -> NaN
+float e4m3_to_float(std::uint8_t bits);
+
+// FP4 E2M1: codes 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign. Only the low nibble is read.
+std::uint8_t float_to_e2m1(float value);  // nearest even; past 6 (and inf) -> +-6; NaN throws
+float e2m1_to_float(std::uint8_t code);
+
+// E8M0 scale: 2^(bits - 127); 0xFF is NaN; there is no zero.
+float e8m0_to_float(std::uint8_t bits);
+
+// ---- Block-scaled tensors ----
+
+enum class QuantFormat { fp8_e4m3, mxfp4, nvfp4 };
+enum class Fp8Scaling { per_tensor, per_row, block_1x128, block_128x128 };
+const char* format_name(QuantFormat format);     // "fp8_e4m3", "mxfp4", "nvfp4"
+const char* scaling_name(Fp8Scaling scaling);    // "tensor", "row", "1x128", "128x128"
+
+inline constexpr int kFp8ScaleBlock = 128;  // DeepSeek-V3: 1x128 activations, 128x128 weights
+inline constexpr int kMxfp4Block = 32;      // OCP MX block size
+inline constexpr int kNvfp4Block = 16;      // NVFP4 block size
+
+// [batches][rows][k], k contiguous (see the layouts above).
+struct QuantShape {
+  std::int64_t batches = 1;
+  std::int64_t rows = 0;
+  std::int64_t k = 0;
+  std::int64_t elements() const { return batches * rows * k; }
+  bool operator==(const QuantShape&) const = default;
+};
+
+// Per-batch extent of an FP8 scale array: scales hold batches * rows * cols floats.
+struct ScaleShape {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  bool operator==(const ScaleShape&) const = default;
+};
+ScaleShape fp8_scale_shape(QuantShape shape, Fp8Scaling scaling);
+
+struct Fp8Tensor {
+  QuantShape shape;
+  Fp8Scaling scaling = Fp8Scaling::per_tensor;
+  std::vector<std::uint8_t> data;  // E4M3 codes [batches][rows][k]
+  std::vector<float> scales;       // [batches][scale rows][scale cols], fp8_scale_shape
+};
+
+struct Mxfp4Tensor {
+  QuantShape shape;
+  std::vector<std::uint8_t> data;    // [batches][rows][k/2], lower k in the low nibble
+  std::vector<std::uint8_t> scales;  // E8M0 [batches][rows][k/32]
+};
+
+struct Nvfp4Tensor {
+  QuantShape shape;
+  std::vector<std::uint8_t> data;    // [batches][rows][k/2], lower k in the low nibble
+  std::vector<std::uint8_t> scales;  // E4M3 [batches][rows][k/16]
+  std::vector<float> tensor_scales;  // [batches]
+};
+
+// values: shape.elements() floats, [batches][rows][k].
+Fp8Tensor quantize_fp8(const float* values, QuantShape shape, Fp8Scaling scaling);
+Mxfp4Tensor quantize_mxfp4(const float* values, QuantShape shape);
+Nvfp4Tensor quantize_nvfp4(const float* values, QuantShape shape);
+
+// Back to [batches][rows][k] floats. The tensor's array sizes are checked against its shape, so
+// tensors assembled from a checkpoint can be dequantized as well.
+std::vector<float> dequantize(const Fp8Tensor& tensor);
+std::vector<float> dequantize(const Mxfp4Tensor& tensor);
+std::vector<float> dequantize(const Nvfp4Tensor& tensor);
 
 }  // namespace moejit
