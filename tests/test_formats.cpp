@@ -1,0 +1,531 @@
+// Host quantize/pack and dequantize (include/moejit/formats.hpp): element conversions pinned bit
+// for bit against brute-force nearest-value search, scale selection, layouts, special values,
+// round trips, argument checks, and each format's error against unquantized random data.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moejit/errors.hpp"
+#include "moejit/formats.hpp"
+
+using namespace moejit;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+float pow2(int e) { return std::ldexp(1.0f, e); }
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// The definition the encoders must meet: the nearest representable magnitude, on a tie the code
+// whose last mantissa bit is 0, saturating at the largest finite. `codes` lists the finite
+// non-negative codes in increasing value.
+std::uint8_t nearest_even(float value, const std::vector<std::uint8_t>& codes, float (*decode)(std::uint8_t),
+                          std::uint8_t sign_bit) {
+  const double a = std::fabs(static_cast<double>(value));
+  std::uint8_t best = codes.front();
+  double best_distance = INFINITY;
+  for (std::uint8_t code : codes) {
+    const double distance = std::fabs(a - decode(code));
+    if (distance < best_distance || (distance == best_distance && (code & 1) == 0)) {
+      best = code;
+      best_distance = distance;
+    }
+  }
+  return std::signbit(value) ? (best | sign_bit) : best;
+}
+
+std::vector<std::uint8_t> e4m3_finite_codes() {
+  std::vector<std::uint8_t> codes;
+  for (int c = 0; c <= 0x7E; ++c) codes.push_back(static_cast<std::uint8_t>(c));
+  return codes;
+}
+
+std::vector<std::uint8_t> e2m1_codes() { return {0, 1, 2, 3, 4, 5, 6, 7}; }
+
+// Probe points: every representable value, every midpoint and the floats on either side of each.
+std::vector<float> probes(const std::vector<std::uint8_t>& codes, float (*decode)(std::uint8_t), float past_max) {
+  std::vector<float> out;
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    const float v = decode(codes[i]);
+    const float next = i + 1 < codes.size() ? decode(codes[i + 1]) : past_max;
+    const float mid = (v + next) / 2;  // exact: both are short binary fractions
+    for (float p : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY), std::nextafter(v, INFINITY)})
+      for (float s : {1.0f, -1.0f}) out.push_back(s * p);
+  }
+  return out;
+}
+
+double relative_frobenius_error(const std::vector<float>& x, const std::vector<float>& y) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    diff += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+    norm += static_cast<double>(x[i]) * x[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+std::vector<float> normal_values(std::int64_t count, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> out(static_cast<std::size_t>(count));
+  for (auto& v : out) v = normal(rng);
+  return out;
+}
+
+// N(0,1) with each row scaled by 2^u, u uniform in [-8, 8]: tokens and channels of different
+// magnitude, where coarse scales lose the small rows.
+std::vector<float> uneven_rows(QuantShape shape, unsigned seed) {
+  std::vector<float> out = normal_values(shape.elements(), seed);
+  std::mt19937 rng(seed + 1);
+  std::uniform_real_distribution<float> exponent(-8.0f, 8.0f);
+  for (std::int64_t row = 0; row < shape.batches * shape.rows; ++row) {
+    const float scale = std::exp2(exponent(rng));
+    for (std::int64_t c = 0; c < shape.k; ++c) out[row * shape.k + c] *= scale;
+  }
+  return out;
+}
+
+template <typename F>
+void require_invalid_argument(F&& call, const std::string& names) {
+  try {
+    call();
+    FAIL("expected InvalidArgument naming " << names);
+  } catch (const InvalidArgument& e) {
+    INFO(e.what());
+    CHECK_THAT(e.what(), Catch::Contains(names));
+  }
+}
+
+}  // namespace
+
+// ---- E4M3 ----
+
+TEST_CASE("e4m3 decodes every code", "[formats]") {
+  CHECK(same_bits(e4m3_to_float(0x00), 0.0f));
+  CHECK(same_bits(e4m3_to_float(0x80), -0.0f));
+  CHECK(e4m3_to_float(0x01) == pow2(-9));  // smallest subnormal
+  CHECK(e4m3_to_float(0x07) == 7 * pow2(-9));
+  CHECK(e4m3_to_float(0x08) == pow2(-6));  // smallest normal
+  CHECK(e4m3_to_float(0x38) == 1.0f);
+  CHECK(e4m3_to_float(0x39) == 1.125f);
+  CHECK(e4m3_to_float(0x7E) == 448.0f);
+  CHECK(e4m3_to_float(0xFE) == -448.0f);
+  CHECK(std::isnan(e4m3_to_float(0x7F)));
+  CHECK(std::isnan(e4m3_to_float(0xFF)));
+  CHECK(std::signbit(e4m3_to_float(0xFF)));
+  // No infinities: 0x78 (exponent all ones, mantissa 0) is an ordinary 256.
+  CHECK(e4m3_to_float(0x78) == 256.0f);
+  for (int c = 0; c < 256; ++c) {
+    INFO("code " << c);
+    CHECK(float_to_e4m3(e4m3_to_float(static_cast<std::uint8_t>(c))) == c);  // NaN keeps its sign too
+  }
+}
+
+TEST_CASE("e4m3 rounds to nearest even, saturates, keeps NaN and -0", "[formats]") {
+  CHECK(float_to_e4m3(1.0625f) == 0x38);      // tie between 1 and 1.125: even mantissa 000
+  CHECK(float_to_e4m3(1.1875f) == 0x3A);      // tie between 1.125 and 1.25: even mantissa 010
+  CHECK(float_to_e4m3(std::nextafter(1.0625f, 2.0f)) == 0x39);
+  CHECK(float_to_e4m3(0.5f * pow2(-9)) == 0x00);  // tie between 0 and the smallest subnormal
+  CHECK(float_to_e4m3(std::nextafter(0.5f * pow2(-9), 1.0f)) == 0x01);
+  CHECK(float_to_e4m3(1.5f * pow2(-9)) == 0x02);  // subnormal tie: 1 vs 2 steps -> 2
+  CHECK(float_to_e4m3(2.5f * pow2(-9)) == 0x02);
+  CHECK(float_to_e4m3(7.5f * pow2(-9)) == 0x08);  // tie from the largest subnormal to the smallest normal
+  CHECK(float_to_e4m3(std::numeric_limits<float>::denorm_min()) == 0x00);
+  CHECK(float_to_e4m3(-std::numeric_limits<float>::denorm_min()) == 0x80);
+  CHECK(float_to_e4m3(-0.0f) == 0x80);
+  CHECK(float_to_e4m3(400.0f) == 0x7C);   // tie between 384 (mantissa 100) and 416 (101)
+  CHECK(float_to_e4m3(432.0f) == 0x7E);   // tie between 416 and 448 (110)
+  CHECK(float_to_e4m3(std::nextafter(432.0f, 0.0f)) == 0x7D);
+  // Saturation: everything past 448, infinities included; 464 would round to 0x7F (NaN) unsaturated.
+  for (float v : {448.0f, 449.0f, 464.0f, 480.0f, 1e6f, std::numeric_limits<float>::max(), kInf}) {
+    INFO(v);
+    CHECK(float_to_e4m3(v) == 0x7E);
+    CHECK(float_to_e4m3(-v) == 0xFE);
+  }
+  CHECK(float_to_e4m3(kNaN) == 0x7F);
+  CHECK(float_to_e4m3(-kNaN) == 0xFF);
+}
+
+TEST_CASE("e4m3 matches nearest-even search at every value, midpoint and neighbour", "[formats]") {
+  const auto codes = e4m3_finite_codes();
+  for (float p : probes(codes, e4m3_to_float, 512.0f)) {  // 512 = the next binade: probes past 448
+    INFO(p);
+    const std::uint8_t expected = std::fabs(p) >= 448.0f ? (std::signbit(p) ? 0xFE : 0x7E)
+                                                         : nearest_even(p, codes, e4m3_to_float, 0x80);
+    CHECK(float_to_e4m3(p) == expected);
+  }
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> exponent(-14.0f, 10.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float p = std::exp2(exponent(rng)) * (i % 2 ? -1.0f : 1.0f);
+    const std::uint8_t expected = std::fabs(p) >= 448.0f ? (std::signbit(p) ? 0xFE : 0x7E)
+                                                         : nearest_even(p, codes, e4m3_to_float, 0x80);
+    if (float_to_e4m3(p) != expected) FAIL_CHECK("value " << p);
+  }
+}
+
+// ---- E2M1 and E8M0 ----
+
+TEST_CASE("e2m1 decodes its 16 codes", "[formats]") {
+  const float expected[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  for (int c = 0; c < 16; ++c) {
+    INFO("code " << c);
+    CHECK(same_bits(e2m1_to_float(static_cast<std::uint8_t>(c)), expected[c]));
+    CHECK(float_to_e2m1(expected[c]) == c);
+    CHECK(e2m1_to_float(static_cast<std::uint8_t>(c | 0xF0)) == e2m1_to_float(static_cast<std::uint8_t>(c)));
+  }
+}
+
+TEST_CASE("e2m1 rounds to nearest even and saturates at 6", "[formats]") {
+  CHECK(float_to_e2m1(0.25f) == 0x0);  // 0 vs 0.5 (the only subnormal): even is 0
+  CHECK(float_to_e2m1(std::nextafter(0.25f, 1.0f)) == 0x1);
+  CHECK(float_to_e2m1(0.75f) == 0x2);  // 0.5 vs 1
+  CHECK(float_to_e2m1(1.25f) == 0x2);  // 1 vs 1.5
+  CHECK(float_to_e2m1(1.75f) == 0x4);  // 1.5 vs 2
+  CHECK(float_to_e2m1(2.5f) == 0x4);   // 2 vs 3
+  CHECK(float_to_e2m1(3.5f) == 0x6);   // 3 vs 4
+  CHECK(float_to_e2m1(5.0f) == 0x6);   // 4 vs 6
+  CHECK(float_to_e2m1(std::nextafter(5.0f, 6.0f)) == 0x7);
+  CHECK(float_to_e2m1(-2.5f) == 0xC);
+  CHECK(float_to_e2m1(-0.0f) == 0x8);
+  CHECK(float_to_e2m1(-0.1f) == 0x8);  // rounds to -0: the sign survives
+  for (float v : {6.0f, 6.5f, 7.0f, 8.0f, 1e30f, kInf}) {
+    INFO(v);
+    CHECK(float_to_e2m1(v) == 0x7);
+    CHECK(float_to_e2m1(-v) == 0xF);
+  }
+  require_invalid_argument([] { float_to_e2m1(kNaN); }, "NaN");
+  const auto codes = e2m1_codes();
+  for (float p : probes(codes, e2m1_to_float, 8.0f)) {
+    INFO(p);
+    const std::uint8_t expected =
+        std::fabs(p) >= 6.0f ? (std::signbit(p) ? 0xF : 0x7) : nearest_even(p, codes, e2m1_to_float, 0x8);
+    CHECK(float_to_e2m1(p) == expected);
+  }
+}
+
+TEST_CASE("e8m0 is a power of two, 0xFF is NaN", "[formats]") {
+  CHECK(e8m0_to_float(127) == 1.0f);
+  CHECK(e8m0_to_float(128) == 2.0f);
+  CHECK(e8m0_to_float(0) == pow2(-127));
+  CHECK(e8m0_to_float(254) == pow2(127));
+  CHECK(std::isnan(e8m0_to_float(0xFF)));
+}
+
+// ---- FP8 with scales ----
+
+TEST_CASE("fp8 scale arrays: shapes, partial blocks, order", "[formats]") {
+  const QuantShape shape{2, 130, 200};
+  CHECK(fp8_scale_shape(shape, Fp8Scaling::per_tensor) == ScaleShape{1, 1});
+  CHECK(fp8_scale_shape(shape, Fp8Scaling::per_row) == ScaleShape{130, 1});
+  CHECK(fp8_scale_shape(shape, Fp8Scaling::block_1x128) == ScaleShape{130, 2});
+  CHECK(fp8_scale_shape(shape, Fp8Scaling::block_128x128) == ScaleShape{2, 2});
+  CHECK(fp8_scale_shape({1, 5760, 2880}, Fp8Scaling::block_128x128) == ScaleShape{45, 23});  // gpt-oss up
+
+  // Each 128x128 block gets amax = 448 * 2^j for a distinct j, so every scale is exactly 2^j and
+  // its position in the array says which block it came from.
+  std::vector<float> x(static_cast<std::size_t>(shape.elements()), 0.0f);
+  auto block_exp = [](std::int64_t b, std::int64_t sr, std::int64_t sc) { return static_cast<int>(b * 4 + sr * 2 + sc) - 3; };
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t sr = 0; sr < 2; ++sr)
+      for (std::int64_t sc = 0; sc < 2; ++sc) {
+        const std::int64_t r = std::min<std::int64_t>(sr * 128 + 1, 129), c = std::min<std::int64_t>(sc * 128 + 5, 199);
+        x[(b * 130 + r) * 200 + c] = -448.0f * pow2(block_exp(b, sr, sc));
+      }
+  const Fp8Tensor q = quantize_fp8(x.data(), shape, Fp8Scaling::block_128x128);
+  REQUIRE(q.scales.size() == 8);
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t sr = 0; sr < 2; ++sr)
+      for (std::int64_t sc = 0; sc < 2; ++sc) CHECK(q.scales[(b * 2 + sr) * 2 + sc] == pow2(block_exp(b, sr, sc)));
+  CHECK(q.data[(0 * 130 + 1) * 200 + 5] == 0xFE);
+  CHECK(q.data[(1 * 130 + 129) * 200 + 133] == 0xFE);
+  CHECK(dequantize(q) == x);  // every value is exactly representable
+
+  // 1x128: one scale per row per 128 columns, the second block covers the 72 columns left.
+  std::vector<float> y(static_cast<std::size_t>(shape.elements()), 1.0f);
+  y[(1 * 130 + 7) * 200 + 150] = 896.0f;
+  const Fp8Tensor a = quantize_fp8(y.data(), shape, Fp8Scaling::block_1x128);
+  CHECK(a.scales[(1 * 130 + 7) * 2 + 1] == 2.0f);
+  CHECK(a.scales[(1 * 130 + 7) * 2 + 0] == 1.0f / 448.0f);
+  CHECK(a.data[(1 * 130 + 7) * 200 + 150] == 0x7E);
+}
+
+TEST_CASE("fp8 scales: amax / 448, zero regions, NaN and infinity", "[formats]") {
+  const QuantShape shape{1, 3, 4};
+  std::vector<float> x = {1.0f, -2.0f, 0.5f, 0.25f,  // amax 2
+                          0.0f, -0.0f, 0.0f, 0.0f,   // all zero
+                          kNaN, 3.0f,  kInf, -kInf};  // NaN and inf do not count toward amax
+  const Fp8Tensor row = quantize_fp8(x.data(), shape, Fp8Scaling::per_row);
+  CHECK(row.scales == std::vector<float>{2.0f / 448.0f, 1.0f, 3.0f / 448.0f});
+  CHECK(row.data[1] == 0xFE);                             // -amax -> -448
+  CHECK(row.data[4] == 0x00);
+  CHECK(row.data[5] == 0x80);                             // -0 stays -0
+  CHECK(row.data[8] == 0x7F);                             // NaN stays NaN
+  CHECK(row.data[9] == 0x7E);
+  CHECK(row.data[10] == 0x7E);                            // infinities saturate
+  CHECK(row.data[11] == 0xFE);
+  const std::vector<float> back = dequantize(row);
+  CHECK(back[1] == Approx(-2.0f));
+  CHECK(same_bits(back[5], -0.0f));
+  CHECK(std::isnan(back[8]));
+  CHECK(back[10] == Approx(3.0f));
+
+  const Fp8Tensor tensor = quantize_fp8(x.data(), shape, Fp8Scaling::per_tensor);
+  CHECK(tensor.scales == std::vector<float>{3.0f / 448.0f});
+  std::vector<float> zeros(12, 0.0f);
+  CHECK(quantize_fp8(zeros.data(), shape, Fp8Scaling::per_tensor).scales == std::vector<float>{1.0f});
+}
+
+TEST_CASE("fp8 round trip: dequantize then quantize gives the same codes", "[formats]") {
+  const QuantShape shape{3, 70, 300};
+  const std::vector<float> x = uneven_rows(shape, 11);
+  for (Fp8Scaling s : {Fp8Scaling::per_tensor, Fp8Scaling::per_row, Fp8Scaling::block_1x128, Fp8Scaling::block_128x128}) {
+    INFO(scaling_name(s));
+    const Fp8Tensor q = quantize_fp8(x.data(), shape, s);
+    const std::vector<float> back = dequantize(q);
+    const Fp8Tensor again = quantize_fp8(back.data(), shape, s);
+    REQUIRE(again.scales.size() == q.scales.size());
+    for (std::size_t i = 0; i < q.scales.size(); ++i) CHECK(again.scales[i] == Approx(q.scales[i]).epsilon(1e-6));
+    CHECK(again.data == q.data);
+  }
+}
+
+// ---- MXFP4 ----
+
+TEST_CASE("mxfp4 shared exponent: floor(log2(amax)) - 2, clamped, zero and NaN blocks", "[formats]") {
+  const QuantShape shape{1, 1, 32};
+  auto scale_of = [&](float amax) {
+    std::vector<float> x(32, 0.0f);
+    x[3] = amax;
+    return quantize_mxfp4(x.data(), shape).scales[0];
+  };
+  CHECK(scale_of(6.0f) == 127);        // 6 = 1.5 * 2^2: shared exponent 0, the element is 6
+  CHECK(scale_of(4.0f) == 127);
+  CHECK(scale_of(7.99f) == 127);       // the top binade's values past 6 saturate (OCP recipe)
+  CHECK(scale_of(8.0f) == 128);
+  CHECK(scale_of(1.0f) == 125);
+  CHECK(scale_of(-1.0f) == 125);
+  CHECK(scale_of(pow2(-125)) == 0);    // shared exponent -127: the smallest scale
+  CHECK(scale_of(pow2(-140)) == 0);    // below E8M0's range: clamped
+  CHECK(scale_of(std::numeric_limits<float>::max()) == 252);
+  CHECK(scale_of(0.0f) == 0);          // all-zero block: the smallest scale
+
+  std::vector<float> x(32, 0.0f);
+  x[0] = 7.99f;
+  x[1] = 0.25f;   // tie 0 vs 0.5 at scale 1 -> 0
+  x[2] = 0.75f;   // tie -> 1
+  x[3] = -0.5f;   // the subnormal
+  x[4] = -0.0f;
+  x[5] = 2.5f;    // tie -> 2
+  x[6] = kInf;    // saturates, does not set the scale
+  const Mxfp4Tensor q = quantize_mxfp4(x.data(), shape);
+  CHECK(q.scales[0] == 127);
+  // Lower k in the low nibble.
+  CHECK(q.data[0] == 0x07);  // k0 = 6 (0x7), k1 = 0 (0x0)
+  CHECK(q.data[1] == 0x92);  // k2 = 1 (0x2), k3 = -0.5 (0x9)
+  CHECK(q.data[2] == 0x48);  // k4 = -0 (0x8), k5 = 2 (0x4)
+  CHECK(q.data[3] == 0x07);  // k6 = inf -> 6
+  const std::vector<float> back = dequantize(q);
+  CHECK(back[0] == 6.0f);
+  CHECK(same_bits(back[4], -0.0f));
+  CHECK(back[6] == 6.0f);
+
+  x[9] = kNaN;  // E2M1 has no NaN: the scale says it for the block
+  const Mxfp4Tensor n = quantize_mxfp4(x.data(), shape);
+  CHECK(n.scales[0] == 0xFF);
+  CHECK(n.data == std::vector<std::uint8_t>(16, 0));
+  for (float v : dequantize(n)) CHECK(std::isnan(v));
+
+  const std::vector<float> zeros(32, 0.0f);
+  const Mxfp4Tensor z = quantize_mxfp4(zeros.data(), shape);
+  CHECK(z.scales[0] == 0);
+  CHECK(z.data == std::vector<std::uint8_t>(16, 0));
+  CHECK(dequantize(z) == zeros);
+}
+
+TEST_CASE("mxfp4 layout: one scale per 32 along k, rows and experts in order; exact round trip", "[formats]") {
+  const QuantShape shape{2, 3, 64};
+  // Block (b, r, i) holds E2M1 values times 2^e with amax 4 * 2^e: all exactly representable.
+  std::vector<float> x(static_cast<std::size_t>(shape.elements()));
+  for (std::int64_t blk = 0; blk < 12; ++blk)
+    for (int j = 0; j < 32; ++j) {
+      const int code = (j % 16 & 7) == 7 ? j % 16 - 1 : j % 16;  // no +-6: the block's amax is 4
+      const float e2m1 = e2m1_to_float(static_cast<std::uint8_t>(code));
+      x[blk * 32 + j] = e2m1 * pow2(static_cast<int>(blk) - 6);
+    }
+  const Mxfp4Tensor q = quantize_mxfp4(x.data(), shape);
+  REQUIRE(q.scales.size() == 12);
+  REQUIRE(q.data.size() == 192);
+  for (int blk = 0; blk < 12; ++blk) CHECK(q.scales[blk] == 127 + blk - 6);
+  CHECK(dequantize(q) == x);
+  CHECK(quantize_mxfp4(dequantize(q).data(), shape).data == q.data);
+}
+
+// ---- NVFP4 ----
+
+TEST_CASE("nvfp4 scales: tensor amax / 2688, block scale rounded to e4m3", "[formats]") {
+  const QuantShape shape{1, 1, 48};
+  std::vector<float> x(48, 0.0f);
+  x[0] = 2688.0f;   // block 0: amax = tensor amax -> tensor scale 1, block scale 448
+  x[16] = 6.0f;     // block 1: 6 / 6 / 1 = 1 -> 0x38
+  x[17] = 3.0f;
+  x[18] = 1.5f;     // 1.5 / 1 = 1.5: exact
+  x[19] = -kInf;    // saturates to -6
+  // block 2 (k 32..47) all zero
+  const Nvfp4Tensor q = quantize_nvfp4(x.data(), shape);
+  CHECK(q.tensor_scales == std::vector<float>{1.0f});
+  CHECK(q.scales == std::vector<std::uint8_t>{0x7E, 0x38, 0x00});
+  CHECK(q.data[0] == 0x07);
+  CHECK(q.data[8] == 0x57);   // k16 = 6, k17 = 3
+  CHECK(q.data[9] == 0xF3);   // k18 = 1.5, k19 = -inf -> -6
+  CHECK(q.data[16] == 0x00);
+  const std::vector<float> back = dequantize(q);
+  CHECK(back[0] == 2688.0f);
+  CHECK(back[17] == 3.0f);
+  CHECK(back[19] == -6.0f);
+  CHECK(back[40] == 0.0f);
+
+  // Block scale rounding: amax 6 * 1.0625 -> block scale 1.0625 ties to 1.0 (0x38); then 6.375
+  // saturates to 6 and 2.125 rounds to 2.
+  std::vector<float> y(16, 0.0f);
+  y[0] = 6.375f;
+  y[1] = 2.125f;
+  const Nvfp4Tensor r = quantize_nvfp4(y.data(), {1, 1, 16});
+  CHECK(r.tensor_scales[0] == 6.375f / 2688.0f);
+  CHECK(r.scales[0] == 0x7E);  // the tensor's only block always gets 448 (up to rounding)
+  std::vector<float> z(32, 0.0f);
+  z[0] = 6.0f * 448.0f;        // block 0 sets the tensor scale to 1
+  z[16] = 6.375f;              // block 1: 1.0625 -> 0x38 (tie to even)
+  z[17] = 2.125f;
+  const Nvfp4Tensor t = quantize_nvfp4(z.data(), {1, 1, 32});
+  CHECK(t.tensor_scales[0] == 1.0f);
+  CHECK(t.scales[1] == 0x38);
+  CHECK(t.data[8] == 0x47);    // k16 = 6 (saturated), k17 = 2
+}
+
+TEST_CASE("nvfp4: per-expert tensor scales, NaN and zero tensors", "[formats]") {
+  const QuantShape shape{3, 2, 16};
+  std::vector<float> x(96, 0.0f);
+  for (int i = 0; i < 32; ++i) x[i] = (i % 7) * 0.5f;        // expert 0: amax 3
+  x[32 + 5] = -5376.0f;                                        // expert 1: amax 5376
+  x[32 + 20] = kNaN;                                           // expert 1, row 1: NaN block
+  // expert 2 all zero
+  const Nvfp4Tensor q = quantize_nvfp4(x.data(), shape);
+  CHECK(q.tensor_scales == std::vector<float>{3.0f / 2688.0f, 2.0f, 1.0f});
+  CHECK(q.scales[2] == 0x7E);
+  CHECK(q.scales[3] == 0x7F);
+  CHECK(q.scales[4] == 0x00);
+  CHECK(q.scales[5] == 0x00);
+  const std::vector<float> back = dequantize(q);
+  CHECK(back[37] == -5376.0f);
+  for (int i = 48; i < 64; ++i) CHECK(std::isnan(back[i]));
+  for (int i = 64; i < 96; ++i) CHECK(back[i] == 0.0f);
+  CHECK(quantize_nvfp4(back.data() + 64, {1, 2, 16}).tensor_scales[0] == 1.0f);
+}
+
+TEST_CASE("nvfp4 round trip: dequantize then quantize gives the same codes", "[formats]") {
+  const QuantShape shape{2, 33, 96};
+  const std::vector<float> x = normal_values(shape.elements(), 5);
+  const Nvfp4Tensor q = quantize_nvfp4(x.data(), shape);
+  const Nvfp4Tensor again = quantize_nvfp4(dequantize(q).data(), shape);
+  CHECK(again.tensor_scales[0] == Approx(q.tensor_scales[0]).epsilon(1e-6));
+  CHECK(again.tensor_scales[1] == Approx(q.tensor_scales[1]).epsilon(1e-6));
+  CHECK(again.scales == q.scales);
+  CHECK(again.data == q.data);
+}
+
+// ---- Argument checks ----
+
+TEST_CASE("quantizers and dequantizers name every bad argument", "[formats][validate]") {
+  const std::vector<float> x(4096, 1.0f);
+  require_invalid_argument([&] { quantize_fp8(nullptr, {1, 2, 128}, Fp8Scaling::per_row); }, "quantize_fp8: values is null");
+  require_invalid_argument([&] { quantize_mxfp4(nullptr, {1, 2, 32}); }, "quantize_mxfp4: values is null");
+  require_invalid_argument([&] { quantize_nvfp4(nullptr, {1, 2, 16}); }, "quantize_nvfp4: values is null");
+  require_invalid_argument([&] { quantize_fp8(x.data(), {0, 2, 128}, Fp8Scaling::per_row); }, "shape.batches=0");
+  require_invalid_argument([&] { quantize_fp8(x.data(), {1, 0, 128}, Fp8Scaling::per_row); }, "shape.rows=0");
+  require_invalid_argument([&] { quantize_fp8(x.data(), {1, 2, -1}, Fp8Scaling::per_row); }, "shape.k=-1");
+  require_invalid_argument([&] { quantize_fp8(x.data(), {1 << 20, 1 << 20, 1 << 20}, Fp8Scaling::per_row); }, "2^48");
+  require_invalid_argument([&] { quantize_fp8(x.data(), {1, 2, 8}, static_cast<Fp8Scaling>(9)); }, "scaling=9");
+  require_invalid_argument([&] { quantize_mxfp4(x.data(), {1, 2, 48}); }, "quantize_mxfp4: shape.k=48 (expected a multiple of 32");
+  require_invalid_argument([&] { quantize_nvfp4(x.data(), {1, 2, 24}); }, "quantize_nvfp4: shape.k=24 (expected a multiple of 16");
+
+  Fp8Tensor f = quantize_fp8(x.data(), {2, 4, 256}, Fp8Scaling::block_1x128);
+  f.scales.pop_back();
+  require_invalid_argument([&] { dequantize(f); }, "tensor.scales has 15 entries (expected 16");
+  f.data.resize(10);
+  require_invalid_argument([&] { dequantize(f); }, "tensor.data has 10 entries");
+  Mxfp4Tensor m = quantize_mxfp4(x.data(), {1, 4, 64});
+  m.shape.k = 96;
+  require_invalid_argument([&] { dequantize(m); }, "tensor.data has 128 entries (expected 192");
+  m.shape.k = 80;
+  require_invalid_argument([&] { dequantize(m); }, "shape.k=80");
+  Nvfp4Tensor n = quantize_nvfp4(x.data(), {2, 4, 64});
+  n.tensor_scales.resize(1);
+  require_invalid_argument([&] { dequantize(n); }, "tensor.tensor_scales has 1 entries (expected 2");
+  CHECK(std::string(format_name(QuantFormat::mxfp4)) == "mxfp4");
+  CHECK(std::string(scaling_name(Fp8Scaling::block_128x128)) == "128x128");
+}
+
+// ---- Quantizer error (docs/perf.md, "Quantizer error") ----
+
+// Largest ||row error|| / ||row|| over the rows: what coarse scales do to small tokens/channels,
+// which the whole tensor's Frobenius error (dominated by the large rows) does not show.
+double worst_row_error(const std::vector<float>& x, const std::vector<float>& y, std::int64_t k) {
+  double worst = 0;
+  for (std::size_t row = 0; row < x.size() / k; ++row) {
+    const std::vector<float> xr(x.begin() + row * k, x.begin() + (row + 1) * k);
+    const std::vector<float> yr(y.begin() + row * k, y.begin() + (row + 1) * k);
+    worst = std::max(worst, relative_frobenius_error(xr, yr));
+  }
+  return worst;
+}
+
+TEST_CASE("quantizer error against unquantized random data", "[formats][error]") {
+  // Four experts of 256 x 2048. Bounds sit ~10-20% above the errors measured with these seeds.
+  const QuantShape shape{4, 256, 2048};
+  const std::vector<float> normal = normal_values(shape.elements(), 1);
+  const std::vector<float> uneven = uneven_rows(shape, 2);
+  struct Case {
+    const char* name;
+    double normal_bound, uneven_bound, uneven_worst_row_bound;
+    std::vector<float> (*run)(const std::vector<float>&, QuantShape);
+  };
+  const Case cases[] = {
+      {"fp8 per-tensor", 0.030, 0.030, 0.40,
+       [](const std::vector<float>& x, QuantShape s) { return dequantize(quantize_fp8(x.data(), s, Fp8Scaling::per_tensor)); }},
+      {"fp8 per-row", 0.030, 0.030, 0.035,
+       [](const std::vector<float>& x, QuantShape s) { return dequantize(quantize_fp8(x.data(), s, Fp8Scaling::per_row)); }},
+      {"fp8 1x128", 0.030, 0.030, 0.035,
+       [](const std::vector<float>& x, QuantShape s) { return dequantize(quantize_fp8(x.data(), s, Fp8Scaling::block_1x128)); }},
+      {"fp8 128x128", 0.030, 0.030, 0.30,
+       [](const std::vector<float>& x, QuantShape s) { return dequantize(quantize_fp8(x.data(), s, Fp8Scaling::block_128x128)); }},
+      {"mxfp4", 0.13, 0.13, 0.14,
+       [](const std::vector<float>& x, QuantShape s) { return dequantize(quantize_mxfp4(x.data(), s)); }},
+      {"nvfp4", 0.11, 0.11, 0.145,
+       [](const std::vector<float>& x, QuantShape s) { return dequantize(quantize_nvfp4(x.data(), s)); }},
+  };
+  std::printf("quantizer error, %lldx%lldx%lld; N(0,1) | rows N(0,1) * 2^U(-8,8): Frobenius, worst row\n",
+              static_cast<long long>(shape.batches), static_cast<long long>(shape.rows), static_cast<long long>(shape.k));
+  for (const Case& c : cases) {
+    const double normal_error = relative_frobenius_error(normal, c.run(normal, shape));
+    const std::vector<float> uneven_back = c.run(uneven, shape);
+    const double uneven_error = relative_frobenius_error(uneven, uneven_back);
+    const double uneven_worst = worst_row_error(uneven, uneven_back, shape.k);
+    std::printf("  %-16s %.4f | %.4f %.4f\n", c.name, normal_error, uneven_error, uneven_worst);
+    INFO(c.name << ": " << normal_error << " | " << uneven_error << " " << uneven_worst);
+    CHECK(normal_error < c.normal_bound);
+    CHECK(uneven_error < c.uneven_bound);
+    CHECK(uneven_worst < c.uneven_worst_row_bound);
+  }
+}
