@@ -452,17 +452,18 @@ TEST_CASE("quantizers and dequantizers name every bad argument", "[formats][vali
   require_invalid_argument([&] { quantize_fp8(nullptr, {1, 2, 128}, Fp8Scaling::per_row); }, "quantize_fp8: values is null");
   require_invalid_argument([&] { quantize_mxfp4(nullptr, {1, 2, 32}); }, "quantize_mxfp4: values is null");
   require_invalid_argument([&] { quantize_nvfp4(nullptr, {1, 2, 16}); }, "quantize_nvfp4: values is null");
-  require_invalid_argument([&] { quantize_fp8(x.data(), {0, 2, 128}, Fp8Scaling::per_row); }, "shape.batches=0");
+  require_invalid_argument([&] { quantize_fp8(x.data(), {0, 2, 128}, Fp8Scaling::per_row); }, "quantize_fp8: shape.batches=0");
   require_invalid_argument([&] { quantize_fp8(x.data(), {1, 0, 128}, Fp8Scaling::per_row); }, "shape.rows=0");
   require_invalid_argument([&] { quantize_fp8(x.data(), {1, 2, -1}, Fp8Scaling::per_row); }, "shape.k=-1");
   require_invalid_argument([&] { quantize_fp8(x.data(), {1 << 20, 1 << 20, 1 << 20}, Fp8Scaling::per_row); }, "2^48");
-  require_invalid_argument([&] { quantize_fp8(x.data(), {1, 2, 8}, static_cast<Fp8Scaling>(9)); }, "scaling=9");
+  require_invalid_argument([&] { quantize_fp8(x.data(), {1, 2, 8}, static_cast<Fp8Scaling>(9)); }, "quantize_fp8: scaling=9");
+  require_invalid_argument([&] { fp8_scale_shape({1, 2, 8}, static_cast<Fp8Scaling>(9)); }, "fp8_scale_shape: scaling=9");
   require_invalid_argument([&] { quantize_mxfp4(x.data(), {1, 2, 48}); }, "quantize_mxfp4: shape.k=48 (expected a multiple of 32");
   require_invalid_argument([&] { quantize_nvfp4(x.data(), {1, 2, 24}); }, "quantize_nvfp4: shape.k=24 (expected a multiple of 16");
 
   Fp8Tensor f = quantize_fp8(x.data(), {2, 4, 256}, Fp8Scaling::block_1x128);
   f.scales.pop_back();
-  require_invalid_argument([&] { dequantize(f); }, "tensor.scales has 15 entries (expected 16");
+  require_invalid_argument([&] { dequantize(f); }, "dequantize(Fp8Tensor): tensor.scales has 15 entries (expected 16");
   f.data.resize(10);
   require_invalid_argument([&] { dequantize(f); }, "tensor.data has 10 entries");
   Mxfp4Tensor m = quantize_mxfp4(x.data(), {1, 4, 64});

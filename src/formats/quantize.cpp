@@ -76,14 +76,20 @@ struct Fp8Block {
   std::int64_t rows, cols;
 };
 
-Fp8Block fp8_block(QuantShape shape, Fp8Scaling scaling) {
+Fp8Block fp8_block(const char* function, QuantShape shape, Fp8Scaling scaling) {
   switch (scaling) {
     case Fp8Scaling::per_tensor: return {shape.rows, shape.k};
     case Fp8Scaling::per_row: return {1, shape.k};
     case Fp8Scaling::block_1x128: return {1, kFp8ScaleBlock};
     case Fp8Scaling::block_128x128: return {kFp8ScaleBlock, kFp8ScaleBlock};
   }
-  bad("fp8_scale_shape", "scaling={} (not an Fp8Scaling)", static_cast<int>(scaling));
+  bad(function, "scaling={} (not an Fp8Scaling)", static_cast<int>(scaling));
+}
+
+ScaleShape fp8_scale_shape(const char* function, QuantShape shape, Fp8Scaling scaling) {
+  check_shape(function, shape, 1, "FP8");
+  const Fp8Block block = fp8_block(function, shape, scaling);
+  return {ceil_div(shape.rows, block.rows), ceil_div(shape.k, block.cols)};
 }
 
 // The largest E4M3 maps to the region's amax (DeepSeek-V3's scale = amax / 448). An all-zero
@@ -124,15 +130,13 @@ const char* scaling_name(Fp8Scaling scaling) {
 }
 
 ScaleShape fp8_scale_shape(QuantShape shape, Fp8Scaling scaling) {
-  check_shape("fp8_scale_shape", shape, 1, "FP8");
-  const Fp8Block block = fp8_block(shape, scaling);
-  return {ceil_div(shape.rows, block.rows), ceil_div(shape.k, block.cols)};
+  return fp8_scale_shape("fp8_scale_shape", shape, scaling);
 }
 
 Fp8Tensor quantize_fp8(const float* values, QuantShape shape, Fp8Scaling scaling) {
   check_values("quantize_fp8", values);
-  const ScaleShape scale_shape = fp8_scale_shape(shape, scaling);
-  const Fp8Block block = fp8_block(shape, scaling);
+  const ScaleShape scale_shape = fp8_scale_shape("quantize_fp8", shape, scaling);
+  const Fp8Block block = fp8_block("quantize_fp8", shape, scaling);
   Fp8Tensor out{shape, scaling, std::vector<std::uint8_t>(static_cast<std::size_t>(shape.elements())),
                 std::vector<float>(static_cast<std::size_t>(shape.batches * scale_shape.rows * scale_shape.cols))};
   std::size_t scale_index = 0;
@@ -159,9 +163,8 @@ Fp8Tensor quantize_fp8(const float* values, QuantShape shape, Fp8Scaling scaling
 std::vector<float> dequantize(const Fp8Tensor& tensor) {
   const char* function = "dequantize(Fp8Tensor)";
   const QuantShape shape = tensor.shape;
-  check_shape(function, shape, 1, "FP8");
-  const ScaleShape scale_shape = fp8_scale_shape(shape, tensor.scaling);
-  const Fp8Block block = fp8_block(shape, tensor.scaling);
+  const ScaleShape scale_shape = fp8_scale_shape(function, shape, tensor.scaling);
+  const Fp8Block block = fp8_block(function, shape, tensor.scaling);
   check_size(function, "tensor.data", tensor.data, shape.elements(), shape);
   check_size(function, "tensor.scales", tensor.scales, shape.batches * scale_shape.rows * scale_shape.cols, shape);
   std::vector<float> out(static_cast<std::size_t>(shape.elements()));
