@@ -1,0 +1,182 @@
+// FP8 (e4m3) grouped GEMM with block scales for Hopper (sm_90a), DeepSeek-V3 recipe:
+//   C[row, n] = sum_kb  sa[kb, row] * sb[group, n / 128, kb] * sum_{k in block kb} A[row, k] * B[group, n, k]
+// A's scales are per row per 128 K-columns (1x128), B's per 128x128 block of each expert.
+//
+// PROTOTYPE (not yet wired into KernelSpec/Runtime): verified by a standalone harness on the H100;
+// the plan is to fold its mainloop into hopper/grouped_gemm_sm90.cuh as a second mainloop policy.
+//
+// Same skeleton as the BF16 kernel: warpgroup 0 is the TMA producer, warpgroups 1 and 2 consume.
+// One pipeline stage is a 128-wide K block: a 128-byte swizzle row of e4m3 per tile row, i.e.
+// exactly one scale block, so the stage layout and shared-memory formula equal the BF16 kernel's.
+// Promotion: Hopper's FP8 wgmma accumulates in reduced precision (about 14 bits), so each K block
+// is multiplied into a fresh register tile (scale_d = 0 on its first k32 step), then scaled and
+// added into the FP32 accumulator `acc` by the consumer's CUDA cores. While one consumer warpgroup
+// promotes, the other's wgmmas keep the tensor cores busy. (Tried: two register tiles per
+// consumer so that block kb + 1 multiplies while block kb is promoted; no clear gain, see perf.md.)
+#pragma once
+#include "moejit/params.cuh"
+#include "moejit/common/types.cuh"
+#include "moejit/common/scheduler.cuh"
+#include "moejit/hopper/smem.cuh"
+#include "moejit/hopper/mbarrier.cuh"
+#include "moejit/hopper/tma.cuh"
+#include "moejit/hopper/wgmma.cuh"
+#include "moejit/hopper/warpgroup.cuh"
+#include "moejit/hopper/epilogue.cuh"
+#include "moejit/hopper_fp8/wgmma_fp8_ops.cuh"
+
+namespace moejit {
+
+// Block scales (fp32), a second kernel parameter next to GroupedGemmParams.
+//   a: a[kb * a_stride + row], row as in A (contiguous: absolute row; masked: group * capacity + r);
+//      a_stride >= rows of A. K-block-major so that a warp's rows of one K block are contiguous.
+//   b: b[(group * n_blocks + n / 128) * k_blocks + kb], n_blocks = ceil(N / 128), k_blocks = ceil(K / 128).
+struct Fp8BlockScales {
+  const float* a;
+  const float* b;
+  int a_stride;
+  int n_blocks;
+  int k_blocks;
+  int reserved0;
+};
+
+}  // namespace moejit
+
+namespace moejit::hopper {
+
+constexpr int kFp8BlockK = 128;  // K elements per stage = per scale block = one 128-byte swizzle row
+
+template <int kBlockM, int kBlockN, int kStages>
+__host__ __device__ constexpr int fp8_smem_bytes() {
+  return kStages * (kBlockM + kBlockN) * kFp8BlockK + 2048;
+}
+
+template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout>
+__device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p, const Fp8BlockScales& s,
+                                                 const TmaDescriptor& tma_a, const TmaDescriptor& tma_b) {
+  // Each consumer warpgroup's columns must lie in one 128-wide scale block of B.
+  static_assert((kBlockM == 128 && kBlockN == 128) || (kBlockM == 64 && kBlockN == 256),
+                "FP8 tiles: 128x128 (consumers split rows) or 64x256 (consumers split columns)");
+  static_assert(fp8_smem_bytes<kBlockM, kBlockN, kStages>() <= 232448, "stages do not fit in 227 KB");
+  static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
+
+  constexpr bool kSplitN = kBlockM == 64;
+  constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // 128
+  using Mma = WgmmaFp8Op<kWgN>;
+  constexpr int kAccRegs = Mma::kRegs;
+  constexpr unsigned kRowBytes = kFp8BlockK;
+  constexpr unsigned kABytes = kBlockM * kRowBytes;
+  constexpr unsigned kBBytes = kBlockN * kRowBytes;
+  constexpr int kConsumerWarps = 8;
+
+  extern __shared__ unsigned char moejit_smem[];
+  const unsigned smem_base = smem_addr(moejit_smem);
+  const unsigned a_stages = (smem_base + 1023u) & ~1023u;
+  const unsigned b_stages = a_stages + kStages * kABytes;
+  const unsigned full_bars = b_stages + kStages * kBBytes;
+  const unsigned empty_bars = full_bars + 8 * kStages;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_descriptor(tma_a);
+    tma_prefetch_descriptor(tma_b);
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(full_bars + 8 * st, 1);
+      mbarrier_init(empty_bars + 8 * st, kConsumerWarps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  const int num_k_blocks = (p.k + kFp8BlockK - 1) / kFp8BlockK;
+  const int warpgroup = threadIdx.x / 128;
+  GroupTileCursor<kLayout, kBlockM, kBlockN> cursor;
+  TileCoord tile;
+
+  if (warpgroup == 0) {
+    warpgroup_release_registers<40>();
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      unsigned phase = 0;
+      for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+        const int a_row = tile.row_begin + tile.m_block * kBlockM;
+        const int b_row = tile.group * p.n + tile.n_block * kBlockN;
+        for (int kb = 0; kb < num_k_blocks; ++kb) {
+          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+          const unsigned full = full_bars + 8 * stage;
+          mbarrier_arrive_expect_tx(full, kABytes + kBBytes);
+          tma_load_2d(a_stages + stage * kABytes, tma_a, full, kb * kFp8BlockK, a_row);
+          tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+      }
+    }
+  } else {
+    warpgroup_claim_registers<232>();
+    const int consumer = warpgroup - 1;
+    const int lane = threadIdx.x % 32;
+    const int warp_in_group = (threadIdx.x / 32) % 4;
+    const unsigned a_offset = kSplitN ? 0u : consumer * 64 * kRowBytes;
+    const unsigned b_offset = kSplitN ? consumer * kWgN * kRowBytes : 0u;
+    const int tile_row0 = kSplitN ? 0 : consumer * 64;
+    const int tile_col0 = kSplitN ? consumer * kWgN : 0;
+
+    float acc[kAccRegs];
+    float part[kAccRegs];
+    int stage = 0;
+    unsigned phase = 0;
+    for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+      const int m_warp = tile.m_block * kBlockM + tile_row0 + warp_in_group * 16;  // group-local
+      const int n0 = tile.n_block * kBlockN + tile_col0;
+      // This thread's two accumulator rows (h = 0, 1): A-scale pointers, or null past the group.
+      const int m_lane = m_warp + lane / 4;
+      const float* sa_row0 = m_lane < tile.group_rows ? s.a + tile.row_begin + m_lane : nullptr;
+      const float* sa_row1 = m_lane + 8 < tile.group_rows ? s.a + tile.row_begin + m_lane + 8 : nullptr;
+      const float* sb_block = s.b + (static_cast<long long>(tile.group) * s.n_blocks + n0 / 128) * s.k_blocks;
+      const long long a_stride = s.a_stride;
+      float sa0 = 0.f, sa1 = 0.f, sb = 0.f;
+      if (num_k_blocks > 0) {
+        sa0 = sa_row0 ? __ldg(sa_row0) : 0.f;
+        sa1 = sa_row1 ? __ldg(sa_row1) : 0.f;
+        sb = __ldg(sb_block);
+      }
+#pragma unroll
+      for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
+
+      for (int kb = 0; kb < num_k_blocks; ++kb) {
+        mbarrier_wait(full_bars + 8 * stage, phase);
+        const unsigned a_tile = a_stages + stage * kABytes + a_offset;
+        const unsigned b_tile = b_stages + stage * kBBytes + b_offset;
+        wgmma_fence_operands(part);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < kFp8BlockK / 32; ++k)
+          Mma::mma(part, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), k != 0);
+        wgmma_commit();
+        // Next block's scales load while the MMAs run.
+        float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = 0.f;
+        if (kb + 1 < num_k_blocks) {
+          next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
+          next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
+          next_sb = __ldg(sb_block + kb + 1);
+        }
+        wgmma_wait<0>();
+        wgmma_fence_operands(part);
+        if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
+        if (++stage == kStages) stage = 0, phase ^= 1;
+        // Register 4j + 2h + e of the m64nN layout belongs to row lane/4 + 8h.
+        const float scale0 = sa0 * sb, scale1 = sa1 * sb;
+#pragma unroll
+        for (int j = 0; j < kAccRegs / 4; ++j) {
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], scale0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], scale0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], scale1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], scale1, acc[4 * j + 3]);
+        }
+        sa0 = next_sa0, sa1 = next_sa1, sb = next_sb;
+      }
+      store_accumulators<kTypeC, kWgN>(p, acc, tile.row_begin, tile.group_rows, m_warp, n0, lane);
+    }
+  }
+}
+
+}  // namespace moejit::hopper
