@@ -1,7 +1,7 @@
 // Standalone check of the FP8 block-scaled Hopper prototype (kernel_templates/moejit/hopper_fp8/):
 // correctness against a CPU reference on the same quantized operands (output poisoned with NaN
 // first), then timing on DeepSeek-V3 shapes. Not yet part of the JIT pipeline: built with nvcc by
-// build_fp8_check.sh, run on the GPU machine.
+// build_standalone.sh, run on the GPU machine.
 #include <cuda.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>

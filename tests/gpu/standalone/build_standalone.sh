@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds the standalone prototype checks (FP8 block-scaled, MXFP4 weight-only) for sm_90a into $1
+# (default build-proto). Run the binaries on the GPU machine with the folder carried, e.g.
+#   run(command="build-proto/fp8_check_128x128 && build-proto/w4_mxfp4_check", carry=["build-proto"])
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+out=${1:-$root/build-proto}
+mkdir -p "$out"
+build() {  # source, output, extra flags...
+  local src=$1 bin=$2
+  shift 2
+  nvcc -std=c++20 -O2 -gencode arch=compute_90a,code=sm_90a -I"$root/kernel_templates" -Xptxas -v "$@" \
+    "$root/tests/gpu/standalone/$src" -o "$out/$bin" -L/usr/local/cuda/lib64/stubs -lcuda 2>&1 |
+    grep -E "error|registers|spill|C75" | sed "s/^/$bin: /" || true
+}
+build fp8_block_scaled_check.cu fp8_check_128x128 -DBM=128 -DBN=128 -DSTAGES=6
+build fp8_block_scaled_check.cu fp8_check_64x256 -DBM=64 -DBN=256 -DSTAGES=5
+build w4_mxfp4_check.cu w4_mxfp4_check -DBN=256 -DSTAGES=8
