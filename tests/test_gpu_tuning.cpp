@@ -1,13 +1,16 @@
 // GPU tests of the autotuner and the high-level call's per-bucket choice: every config the tuner
 // may pick computes the right result; a tuning result is stored, reused by a new Runtime, and
-// used by grouped_gemm; autotune on first call; shapes alternating between buckets.
+// used by grouped_gemm; autotune on first call; shapes alternating between buckets; masked layout
+// and the dynamic scheduler inside a captured CUDA graph.
 #include <catch2/catch.hpp>
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
 
 #include "gpu_problem.hpp"
+#include "heuristics/config.hpp"
 #include "heuristics/tuning.hpp"
 #include "moejit/moejit.hpp"
 #include "runtime/tuner.hpp"
@@ -16,6 +19,13 @@ using namespace moejit;
 using namespace moejit::test;
 
 namespace {
+
+// Keeps the device's primary context alive across test cases: the problems' device buffers are
+// allocated before (and freed after) the Runtimes each test case makes and destroys.
+void hold_context() {
+  static Runtime holder;
+  (void)holder;
+}
 
 GroupedProblem tuning_problem(GroupLayout layout, std::vector<int> rows, int n, int k, std::mt19937& rng) {
   GroupedProblem p;
@@ -52,6 +62,7 @@ GemmProblem as_problem(const GroupedProblem& p) {
 }  // namespace
 
 TEST_CASE("every config the tuner may pick is correct", "[gpu][tuning]") {
+  hold_context();
   Runtime rt;
   std::mt19937 rng(31);
   for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
@@ -74,6 +85,7 @@ TEST_CASE("every config the tuner may pick is correct", "[gpu][tuning]") {
 }
 
 TEST_CASE("tune: times every candidate, stores the best, a new runtime and grouped_gemm use it", "[gpu][tuning]") {
+  hold_context();
   std::mt19937 rng(32);
   auto p = tuning_problem(GroupLayout::contiguous, {200, 0, 512, 77, 1000, 300, 0, 128}, 1024, 512, rng);
   TuneResult result;
@@ -107,6 +119,7 @@ TEST_CASE("tune: times every candidate, stores the best, a new runtime and group
 }
 
 TEST_CASE("grouped_gemm: alternating shape buckets, autotune on first call", "[gpu][tuning]") {
+  hold_context();
   std::mt19937 rng(33);
   auto decode = tuning_problem(GroupLayout::contiguous, std::vector<int>(16, 2), 512, 256, rng);
   auto prefill = tuning_problem(GroupLayout::contiguous, {600, 700, 0, 512, 900}, 512, 256, rng);
@@ -129,4 +142,48 @@ TEST_CASE("grouped_gemm: alternating shape buckets, autotune on first call", "[g
   odd.poison();
   tuned.grouped_gemm(odd.args(), nullptr);
   expect_correct(odd, "autotuned second call");
+}
+
+// Masked layout under CUDA graphs: shapes fixed at capture, counts changed on the device between
+// replays. The dynamic scheduler's counter must reset itself inside the graph (no memset node).
+TEST_CASE("CUDA graph: masked layout and dynamic scheduler replay with new counts", "[gpu][graph]") {
+  hold_context();
+  Runtime rt;
+  std::mt19937 rng(34);
+  std::vector<KernelSpec> specs;
+  for (KernelFamily family : {KernelFamily::hopper, KernelFamily::portable})
+    for (auto& s : family_candidates(rt.arch(), family))
+      if (s.layout == GroupLayout::masked && s.scheduler == Scheduler::dynamic && s.a == DType::bf16 && s.c == DType::bf16)
+        specs.push_back(s);
+  REQUIRE(!specs.empty());
+  cudaStream_t stream;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  for (const KernelSpec& spec : specs) {
+    auto p = tuning_problem(GroupLayout::masked, {100, 0, 37, 250, 1, 64}, 392, 256, rng);
+    Kernel kernel = rt.kernel(spec);
+    GroupedGemmArgs args = p.args();
+    args.host_groups = {};
+    args.trust_device_groups = true;  // no device-to-host copy: the counts change after capture
+    kernel.launch(args, reinterpret_cast<Stream>(stream));  // eager launch: the stream's counter exists
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    kernel.launch(args, reinterpret_cast<Stream>(stream));
+    kernel.launch(args, reinterpret_cast<Stream>(stream));  // twice: the second sees the reset counter
+    REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    for (int replay = 0; replay < 3; ++replay) {
+      std::uniform_int_distribution<int> count(0, p.capacity);
+      for (auto& r : p.rows_of) r = count(rng);
+      p.d_groups.upload(p.rows_of.data(), p.rows_of.size() * sizeof(int));
+      p.poison();
+      REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+      REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+      expect_correct(p, fmt::format("{} replay {}", spec.to_text(), replay));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
 }
