@@ -111,7 +111,8 @@ TEST_CASE("tune: times every candidate, stores the best, a new runtime and group
   if (!later.tuning_file().empty()) {
     auto stored = later.tuned_spec(p.args());
     REQUIRE(stored.has_value());
-    CHECK(*stored == result.best);
+    // Compared as text: a parsed hopper spec keeps the default warp grid, which hopper ignores.
+    CHECK(stored->to_text() == result.best.to_text());
   }
   p.poison();
   later.grouped_gemm(p.args(), nullptr);
