@@ -46,7 +46,7 @@ SPEC is the canonical text form, e.g.
   family=portable,arch=sm_90a,layout=contiguous,a=bf16,b=bf16,c=bf16,tile=128x128x32,stages=4,warps=2x4
 (omitted fields take defaults). 'moejit <command> --help' describes each command.
 
-environment: MOEJIT_CACHE_DIR, MOEJIT_CACHE=off, MOEJIT_CACHE_MAX_BYTES, MOEJIT_TEMPLATE_DIR, MOEJIT_PRESET_DIR, CUDA_HOME, MOEJIT_LOG=quiet|debug
+environment: MOEJIT_CACHE_DIR, MOEJIT_CACHE=off, MOEJIT_CACHE_MAX_BYTES, MOEJIT_AUTOTUNE=1, MOEJIT_TEMPLATE_DIR, MOEJIT_PRESET_DIR, CUDA_HOME, MOEJIT_LOG=quiet|debug
 )";
 
 const char* kInspectHelp = R"(usage: moejit inspect SPEC [--ptx] [--resources]
