@@ -257,6 +257,8 @@ std::vector<int> route(int tokens, int experts, int topk, std::mt19937& rng) {
   return counts;
 }
 
+int masked_capacity(int fullest) { return std::max(64, (fullest + 63) / 64 * 64); }
+
 int cmd_tune(const std::vector<std::string>& args) {
   if (wants_help(args)) return fmt::print("{}", kTuneHelp), kOk;
   std::string model;
@@ -297,18 +299,26 @@ int cmd_tune(const std::vector<std::string>& args) {
   fmt::print("{:<5} {:>6} {:<10} {:<5} {:>10} {:>10} {:>6}  {}\n", "gemm", "tokens", "layout", "dtype", "heur ms", "best ms",
              "ratio", "best config");
   std::mt19937 rng(2026);
-  int longest = *std::max_element(tokens.begin(), tokens.end());
+  // One routing per token count, shared by both GEMMs, dtypes and layouts; operands are sized for
+  // the largest problem (masked: capacity = the fullest expert's rows rounded up to 64).
+  std::vector<std::vector<int>> routings;
+  std::size_t max_rows = 0;
+  for (int t : tokens) {
+    routings.push_back(route(t, preset.experts, preset.topk, rng));
+    int fullest = *std::max_element(routings.back().begin(), routings.back().end());
+    max_rows = std::max({max_rows, (std::size_t)t * preset.topk, (std::size_t)masked_capacity(fullest) * preset.experts});
+  }
   for (auto [gemm, n, k] : {std::tuple{"up", preset.up_n, preset.hidden}, std::tuple{"down", preset.hidden, preset.intermediate}}) {
-    // Operands sized once for the largest problem of this GEMM (masked: capacity ≤ all rows).
-    std::size_t max_rows = (std::size_t)longest * preset.topk + (std::size_t)preset.experts * 64;
     DeviceBuffer a(max_rows * k * 2), b((std::size_t)preset.experts * n * k * 2), c(max_rows * n * 4),
         groups((preset.experts + 1) * sizeof(int));
     fill_random(a, rng);
     fill_random(b, rng);
     for (DType dtype : preset.dtypes)
       for (GroupLayout layout : preset.layouts)
-        for (int t : tokens) {
-          std::vector<int> counts = route(t, preset.experts, preset.topk, rng), host;
+        for (std::size_t ti = 0; ti < tokens.size(); ++ti) {
+          int t = tokens[ti];
+          const std::vector<int>& counts = routings[ti];
+          std::vector<int> host;
           GroupedGemmArgs x;
           x.layout = layout;
           x.ab_type = x.c_type = dtype;
@@ -325,10 +335,8 @@ int cmd_tune(const std::vector<std::string>& args) {
             x.group_offsets = static_cast<const int*>(groups.get());
           } else {
             host = counts;
-            x.capacity = (*std::max_element(counts.begin(), counts.end()) + 63) / 64 * 64;
-            x.capacity = std::max(x.capacity, 64);
+            x.capacity = masked_capacity(*std::max_element(counts.begin(), counts.end()));
             x.group_counts = static_cast<const int*>(groups.get());
-            if ((std::size_t)x.capacity * preset.experts > max_rows) continue;  // skewed routing: too large
           }
           groups.upload(host.data(), host.size() * sizeof(int));
           x.host_groups = host;
