@@ -97,6 +97,19 @@ TEST_CASE("every variant: mixed group sizes incl. empty, M=1, M not a multiple o
   }
 }
 
+TEST_CASE("every variant: epilogue edges, several tiles per CTA", "[gpu]") {
+  // Hopper: 64-row slices store through shared memory + TMA only when all their rows are the
+  // group's, a 128-row tile whose group ends in its first half runs one consumer; N = 320 leaves
+  // one 64-column chunk in the last N tile. > 132 tiles, so CTAs reuse the staging buffers (the
+  // reference runs one thread per group: no group is large).
+  std::mt19937 rng(314);
+  for (auto& spec : all_specs()) {
+    auto p = make_problem(spec, {64, 65, 127, 128, 129, 192, 193, 0, 256, 1000, 1500, 33, 1200, 1200, 1200, 1200},
+                          320, 136, rng);
+    run_and_check(spec, p, "edges", spec.scheduler == Scheduler::dynamic ? 2 : 1);
+  }
+}
+
 TEST_CASE("every variant: one row in every group (decode)", "[gpu]") {
   std::mt19937 rng(99);
   for (auto& spec : all_specs()) {

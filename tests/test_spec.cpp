@@ -111,3 +111,12 @@ TEST_CASE("spec key is pinned", "[spec][hash]") {
   other.stages = 3;
   CHECK_FALSE(other.key() == spec.key());
 }
+
+TEST_CASE("hopper shared memory: C staging only where it fits", "[spec]") {
+  // Mirrors smem_bytes<>() of kernel_templates/moejit/hopper/grouped_gemm_sm90.cuh (the generated
+  // source static_asserts equality): stages + 2048, + 32 KB of C staging when that fits in 227 KB.
+  CHECK(KernelSpec::parse("family=hopper,tile=128x256x64,stages=4").dynamic_smem_bytes() == 4 * 384 * 128 + 2048 + 32768);
+  CHECK(KernelSpec::parse("family=hopper,tile=128x256x64,stages=3").dynamic_smem_bytes() == 3 * 384 * 128 + 2048 + 32768);
+  CHECK(KernelSpec::parse("family=hopper,tile=64x256x64,stages=5").dynamic_smem_bytes() == 5 * 320 * 128 + 2048);
+  CHECK(KernelSpec::parse("family=hopper,tile=64x256x64,stages=4").dynamic_smem_bytes() == 4 * 320 * 128 + 2048 + 32768);
+}

@@ -177,11 +177,14 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   config.hStream = reinterpret_cast<CUstream>(stream);
 
   if (spec.family == KernelFamily::hopper) {
-    unsigned a_rows = static_cast<unsigned>(p.total_rows);
-    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, std::max(a_rows, 1u), args.k, spec.tile.m, 64);
+    // A in 64-row boxes (a 128-row tile whose group ends in its first half loads one), B in
+    // tile-wide boxes, C (the TMA-store epilogue) in 64-row boxes of 128 bytes: all 128B-swizzled.
+    std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
+    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, 64, 64);
     TmaDescriptor tma_b =
         make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k, spec.tile.n, 64);
-    void* params[] = {&p, &tma_a, &tma_b};
+    TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, rows, args.n, 64, 128 / element_bytes(spec.c));
+    void* params[] = {&p, &tma_a, &tma_b, &tma_c};
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else {
     void* params[] = {&p};

@@ -214,8 +214,13 @@ int KernelSpec::threads_per_cta() const {
 int KernelSpec::dynamic_smem_bytes() const {
   // Must equal smem_bytes<...>() in the kernel template; the generated source static_asserts it.
   // Hopper: the TMA ring (64-wide K slices of A and B, 16-bit) + 1024 to align it for the
-  // 128-byte swizzle + barriers and the dynamic scheduler's tile ring.
-  if (family == KernelFamily::hopper) return stages * (tile.m + tile.n) * 64 * 2 + 2048;
+  // 128-byte swizzle + barriers and the dynamic scheduler's tile ring, + 32 KB of C staging for
+  // the TMA-store epilogue where that still fits in 227 KB (c_staged<>() in the template).
+  if (family == KernelFamily::hopper) {
+    int base = stages * (tile.m + tile.n) * 64 * 2 + 2048;
+    constexpr int kCStaging = 32768;
+    return base + kCStaging <= 227 * 1024 ? base + kCStaging : base;
+  }
   // Portable: the cp.async ring (rows padded by 16 bytes against bank conflicts), reused by
   // the epilogue to stage C for 16-byte stores.
   int ring = stages * (tile.m + tile.n) * (tile.k + 8) * 2;

@@ -7,6 +7,8 @@
 #pragma once
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
+#include "moejit/hopper/tma.cuh"
+#include "moejit/hopper/warpgroup.cuh"
 
 namespace moejit::hopper {
 
@@ -119,6 +121,108 @@ __device__ __forceinline__ void store_accumulators(const GroupedGemmParams& p, c
       for (int j = 0; j < kWgN / 8; ++j)
         store_edge<kTypeC>(lane_addr + 8 * j * sizeof(T), acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], pairs, 8 * j,
                            cols_left);
+    }
+  }
+}
+
+// Staged epilogue: a consumer warpgroup writes its 64-row slice to shared memory; where all 64
+// rows lie inside the group, TMA stores take it to C, so that the warpgroup starts the next
+// tile's wgmma while the copy engine drains the stores (the tensor cores otherwise idle for the
+// whole global store). A slice that crosses the group's end (the rows after it belong to the
+// next group, or are masked-layout padding) is copied by the threads instead, 16 bytes at a
+// time with a per-row predicate (N % 8 == 0 and C 16-byte aligned are validated on the host,
+// so a 16-byte unit is wholly inside or outside N). The slice is cut into chunks of 64 rows x 128 bytes (64 16-bit or 32 fp32 columns), the box of
+// the C tensor map (128-byte swizzle, so the writes below are free of bank conflicts), that
+// alternate between two 8 KB buffers across chunks and tiles: a chunk may be written once the
+// store issued two chunks before it (same buffer) has read it. Only thread 0 of the warpgroup
+// issues and waits for the stores (bulk async-groups belong to the thread).
+constexpr unsigned kCStageChunkBytes = 64 * 128;
+constexpr unsigned kCStageBytesPerConsumer = 2 * kCStageChunkBytes;
+
+// staging: this warpgroup's two chunk buffers (1024-byte aligned); row: first row of the slice
+// in C (absolute); rows: its rows inside the group (1..64); n0: its first column; n: columns of C (chunks wholly past it are skipped, the
+// map clips the rest); barrier_id: this warpgroup's named barrier; buffer: which of the two
+// buffers the next chunk uses (kept by the caller from tile to tile).
+template <int kTypeC, int kWgN>
+__device__ __forceinline__ void store_accumulators_staged(const GroupedGemmParams& p, const TmaDescriptor& tma_c,
+                                                          const float (&acc)[kWgN / 2], unsigned staging, int row,
+                                                          int rows, int n0, int warp_in_group, int lane,
+                                                          int barrier_id, unsigned& buffer) {
+  using T = typename StorageOf<kTypeC>::type;
+  constexpr int kChunkCols = 128 / sizeof(T);
+  constexpr int kGroupsPerChunk = kChunkCols / 8;  // 8-column accumulator groups per chunk
+  static_assert(kWgN % kChunkCols == 0, "slice width must be a whole number of chunks");
+  const int n = p.n;
+  const bool leader = warp_in_group == 0 && lane == 0;
+  const bool whole = rows == 64;  // uniform over the warpgroup
+#pragma unroll
+  for (int chunk = 0; chunk < kWgN / kChunkCols; ++chunk) {
+    if (n0 + chunk * kChunkCols >= n) break;  // uniform over the warpgroup
+    const unsigned buf = staging + buffer * kCStageChunkBytes;
+    buffer ^= 1;
+    if (leader) tma_store_wait_read<1>();
+    named_barrier_sync<128>(barrier_id);
+    if constexpr (kTypeC == kF32) {
+      // Lane: row lane/4 (+8), columns 2(lane%4), +1 of each 8-column group: 8 bytes inside
+      // 16-byte unit (2 j + (lane%4)/2) of the 128-byte row; the swizzle XORs the unit with row % 8.
+#pragma unroll
+      for (int jj = 0; jj < kGroupsPerChunk; ++jj) {
+        const int j = chunk * kGroupsPerChunk + jj;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = warp_in_group * 16 + lane / 4 + 8 * h;
+          const unsigned unit = 2 * jj + (lane % 4) / 2;
+          const unsigned addr = buf + r * 128 + ((unit ^ (r % 8)) * 16) + (lane % 2) * 8;
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(acc[4 * j + 2 * h]),
+                       "f"(acc[4 * j + 2 * h + 1])
+                       : "memory");
+        }
+      }
+    } else {
+      // stmatrix x4: matrices (rows 0-7, group j), (rows 8-15, group j), (rows 0-7, group j+1),
+      // (rows 8-15, group j+1) of the warp's 16 rows; each matrix fragment is exactly the
+      // accumulator layout (row lane/4, columns 2(lane%4), +1), and lane l gives the address of
+      // row l%8 of matrix l/8. A row of a group is one 16-byte unit; swizzle: unit ^ (row % 8).
+      const int matrix = lane / 8;
+      const int r = warp_in_group * 16 + 8 * (matrix & 1) + lane % 8;
+#pragma unroll
+      for (int jj = 0; jj < kGroupsPerChunk; jj += 2) {
+        const int j = chunk * kGroupsPerChunk + jj;
+        const unsigned unit = jj + (matrix >> 1);
+        const unsigned addr = buf + r * 128 + ((unit ^ (lane % 8)) * 16);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                     "r"(pack_pair<kTypeC>(acc[4 * j], acc[4 * j + 1])),
+                     "r"(pack_pair<kTypeC>(acc[4 * j + 2], acc[4 * j + 3])),
+                     "r"(pack_pair<kTypeC>(acc[4 * j + 4], acc[4 * j + 5])),
+                     "r"(pack_pair<kTypeC>(acc[4 * j + 6], acc[4 * j + 7]))
+                     : "memory");
+      }
+    }
+    if (whole) {
+      fence_proxy_async_shared();
+      named_barrier_sync<128>(barrier_id);
+      if (leader) {
+        tma_store_2d(tma_c, buf, n0 + chunk * kChunkCols, row);
+        tma_store_commit();
+      }
+    } else {
+      // 64 rows x 8 units of 16 bytes; 8 consecutive threads write one row's 128 bytes. The
+      // barrier at the next use of this buffer (two chunks on) orders these reads before it.
+      named_barrier_sync<128>(barrier_id);
+      const int thread = warp_in_group * 32 + lane;
+      const int unit = thread % 8;
+      const int col = n0 + chunk * kChunkCols + unit * (16 / (int)sizeof(T));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = thread / 8 + 16 * i;
+        if (r < rows && col < n) {
+          uint4 v;
+          asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                       : "r"(buf + r * 128 + ((unit ^ (r % 8)) * 16)));
+          *reinterpret_cast<uint4*>(static_cast<T*>(p.c) + static_cast<long long>(row + r) * n + col) = v;
+        }
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
-// TMA (bulk tensor copy engine) loads of one 2-D box into shared memory, completing on an
-// mbarrier. The tensor map lives in kernel-parameter space (__grid_constant__), so its
-// generic address is what the instruction takes.
+// TMA (bulk tensor copy engine): loads of one 2-D box into shared memory completing on an
+// mbarrier, and stores of one 2-D box from shared memory to global memory tracked by
+// bulk async-groups. The tensor map lives in kernel-parameter space (__grid_constant__), so its
+// generic address is what the instructions take.
 #pragma once
 #include "moejit/params.cuh"
 #include "moejit/hopper/smem.cuh"
@@ -20,6 +21,33 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor& m
           dst),
       "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(inner), "r"(outer)
       : "memory");
+}
+
+// Box at (column, row) from shared memory to global memory. Elements past the tensor's edges
+// are not written (the map's bounds clip the box), so only the rows are the caller's concern.
+// The issuing thread later waits for it with tma_store_wait_read / tma_store_wait_all.
+__device__ __forceinline__ void tma_store_2d(const TmaDescriptor& map, unsigned src, int inner, int outer) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<unsigned long long>(&map)),
+               "r"(src), "r"(inner), "r"(outer)
+               : "memory");
+}
+
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+// Waits until at most kPending of this thread's committed stores still read shared memory.
+template <int kPending>
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+
+// Waits until every committed store of this thread is complete (written to global memory).
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+// Orders this thread's ordinary shared-memory writes before later reads by the async proxy
+// (a TMA store issued after the barrier that follows).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 }  // namespace moejit::hopper

@@ -17,3 +17,13 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
 }
 
 }  // namespace moejit::hopper
+
+namespace moejit::hopper {
+
+// Barrier among the `kThreads` threads that use named barrier `id` (1..15; 0 is __syncthreads).
+template <int kThreads>
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kThreads) : "memory");
+}
+
+}  // namespace moejit::hopper
