@@ -7,7 +7,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <filesystem>
+#include <new>
 
 #include "gpu_problem.hpp"
 #include "heuristics/config.hpp"
@@ -17,6 +20,19 @@
 
 using namespace moejit;
 using namespace moejit::test;
+
+// Counts every C++ allocation in this test binary, so that the hot path's "no allocation" claim
+// is checked rather than assumed.
+namespace {
+std::atomic<long> g_allocations{0};
+}
+void* operator new(std::size_t bytes) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(bytes ? bytes : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -187,4 +203,38 @@ TEST_CASE("CUDA graph: masked layout and dynamic scheduler replay with new count
     cudaGraphDestroy(graph);
   }
   cudaStreamDestroy(stream);
+}
+
+TEST_CASE("hot path: repeated lookups and launches allocate nothing", "[gpu][tuning][hot]") {
+  hold_context();
+  Runtime rt;
+  std::mt19937 rng(35);
+  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
+    auto p = tuning_problem(layout, {70, 0, 3, 200, 64, 1}, 512, 256, rng);
+    GroupedGemmArgs args = p.args();  // host_groups given: no device-to-host copy
+    KernelSpec spec = rt.choose_spec(args);
+    Kernel kernel = rt.kernel(spec);
+    rt.grouped_gemm(args, nullptr);  // first calls: choose, compile or load, create the stream's counter
+    kernel.launch(args, nullptr);
+    MOEJIT_CU(driver().cuCtxSynchronize());
+    long before = g_allocations.load();
+    for (int i = 0; i < 100; ++i) {
+      (void)rt.compile(spec);
+      (void)rt.kernel(spec);
+    }
+    long lookups = g_allocations.load() - before;
+    before = g_allocations.load();
+    for (int i = 0; i < 100; ++i) {
+      kernel.launch(args, nullptr);
+      rt.grouped_gemm(args, nullptr);
+    }
+    long launches = g_allocations.load() - before;
+    MOEJIT_CU(driver().cuCtxSynchronize());
+    INFO(fmt::format("{}: {} allocations in 200 lookups, {} in 200 launches", to_text(layout), lookups, launches));
+    CHECK(lookups == 0);
+    CHECK(launches == 0);
+    p.poison();
+    rt.grouped_gemm(args, nullptr);
+    expect_correct(p, "after the hot loop");
+  }
 }
