@@ -3,12 +3,14 @@
 // Properties: parse() either returns a spec or throws SpecError (nothing else, no crash, no UB);
 // a parsed spec prints a canonical text that parses back to the same spec, prints the same
 // text and has the same key; validate() either throws SpecError or accepts a spec whose
-// derived numbers (threads, shared memory, CTAs per SM) are in range for its arch.
+// derived numbers (threads, shared memory, CTAs per SM) are in range for its arch, and packs
+// into the hot path's 128-bit key (equal specs, equal keys).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
+#include "cache/spec_key.hpp"
 #include "moejit/errors.hpp"
 #include "moejit/spec.hpp"
 
@@ -35,6 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(again == spec, "parse(to_text(s)) == s", spec);
   check(again.to_text() == canonical, "to_text is a fixed point", spec);
   check(again.key() == spec.key(), "key is a function of the text", spec);
+  check(pack_spec(again) == pack_spec(spec), "packed key is a function of the spec", spec);
 
   bool valid = true;
   try {
@@ -56,5 +59,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   int smem = spec.dynamic_smem_bytes();
   check(smem > 0 && smem <= max_dynamic_smem_bytes(spec.arch), "valid shared memory fits the arch", spec);
   check(spec.min_ctas_per_sm() >= 1, "at least one CTA per SM", spec);
+  check(pack_spec(spec).has_value(), "a valid spec packs into the hot-path key", spec);
   return 0;
 }
