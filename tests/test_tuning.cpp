@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <map>
+#include <random>
 #include <set>
 
 #include "cache/kernel_cache.hpp"
@@ -192,5 +194,27 @@ TEST_CASE("moejit tune: usage errors and no GPU", "[tuning][cli]") {
     auto r = run_command(cli + " tune --model gpt-oss-120b --tokens 16");
     CHECK(r.code == 1);
     CHECK(r.out.find("no CUDA driver or GPU") != std::string::npos);
+  }
+}
+
+TEST_CASE("one shape bucket, one heuristic tile (the claim the bucket rounding rests on)", "[tuning]") {
+  std::mt19937 rng(6);
+  for (const Arch& arch : {kHopper, kAmpere}) {
+    std::map<std::string, std::pair<TileShape, std::string>> seen;
+    for (int trial = 0; trial < 3000; ++trial) {
+      int groups = 1 + (int)(rng() % 64);
+      std::vector<int> rows(groups);
+      int scale = 1 << (rng() % 11);  // 1 .. 1024 rows per group
+      for (auto& r : rows) r = rng() % 4 == 0 ? 0 : (int)(rng() % (2 * scale + 1));
+      long long total = 0, active = 0;
+      for (int r : rows) total += r, active += r > 0;
+      GemmProblem problem{GroupLayout::contiguous, DType::bf16, DType::bf16, groups, 512, 256, total, rows};
+      KernelSpec spec = choose_spec(problem, arch, 132);
+      auto bucket = ShapeBucket::of(problem.layout, DType::bf16, DType::bf16, groups, 512, 256, total, active);
+      std::string text = bucket.to_text();
+      auto [it, inserted] = seen.try_emplace(text, spec.tile, spec.to_text());
+      INFO(text << "\nfirst: " << it->second.second << "\nnow:   " << spec.to_text());
+      CHECK(it->second.first == spec.tile);
+    }
   }
 }
