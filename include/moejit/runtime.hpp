@@ -83,6 +83,7 @@ struct RuntimeOptions {
   bool line_info = false;  // compile with -lineinfo (for profilers and sanitizers)
   // grouped_gemm tunes a shape bucket that has no stored result on its first call (also
   // MOEJIT_AUTOTUNE=1). Off: stored results are used where present, the heuristic elsewhere.
+  // Tuning synchronizes the stream: a bucket's first call must then not be under graph capture.
   bool autotune = false;
 };
 
