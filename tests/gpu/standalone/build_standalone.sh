@@ -16,3 +16,5 @@ build() {  # source, output, extra flags...
 build fp8_block_scaled_check.cu fp8_check_128x128 -DBM=128 -DBN=128 -DSTAGES=6
 build fp8_block_scaled_check.cu fp8_check_64x256 -DBM=64 -DBN=256 -DSTAGES=5
 build w4_mxfp4_check.cu w4_mxfp4_check -DBN=256 -DSTAGES=8
+build w4_mxfp4_check.cu w4rs_check_32 -DRS=1 -DTOKENS=32
+build w4_mxfp4_check.cu w4rs_check_128 -DRS=1 -DTOKENS=128

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moejit/hopper_w4/grouped_gemm_sm90_w4.cuh"
+#include "moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh"
 
 #ifndef BN
 #define BN 256
@@ -22,6 +23,48 @@
 #define STAGES 8
 #endif
 
+
+// RS=1: the register-sourced (roles swapped) kernel with TOKENS tokens per tile.
+#ifndef RS
+#define RS 0
+#endif
+#ifndef TOKENS
+#define TOKENS 64
+#endif
+#ifndef RS_STAGES
+#define RS_STAGES 10
+#endif
+extern "C" __global__ void __launch_bounds__(384, 1)
+    w4rs_kernel(const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::TmaDescriptor ta) {
+  moejit::hopper::grouped_gemm_w4_rs<TOKENS, RS_STAGES, moejit::kBF16, moejit::kLayoutContiguous>(p, ta);
+}
+
+// Pre-arranges interchange-layout MXFP4 weights into the RS kernel's fragment-order blocks.
+static std::vector<unsigned char> arrange_rs(const std::vector<unsigned char>& b, const std::vector<unsigned char>& sc,
+                                             int E, int N, int K) {
+  const int nb = (N + 127) / 128, kbs = (K + 63) / 64, k32 = K / 32;
+  std::vector<unsigned char> out((size_t)E * nb * kbs * moejit::hopper::kW4BlockBytes, 0);
+  for (int g = 0; g < E; ++g)
+    for (int n0 = 0; n0 < nb; ++n0)
+      for (int kb = 0; kb < kbs; ++kb) {
+        unsigned char* blk = &out[(((size_t)g * nb + n0) * kbs + kb) * moejit::hopper::kW4BlockBytes];
+        for (int w = 0; w < 2; ++w)
+          for (int t = 0; t < 128; ++t) {
+            const int warp = t / 32, lane = t % 32, c = lane % 4;
+            const int r0 = n0 * 128 + w * 64 + warp * 16 + lane / 4, rows[2] = {r0, r0 + 8};
+            for (int kk = 0; kk < 4; ++kk)
+              for (int i = 0; i < 4; ++i) {
+                const int r = rows[i & 1], k = kb * 64 + kk * 16 + 2 * c + (i >= 2 ? 8 : 0);
+                blk[(w * 128 + t) * 16 + kk * 4 + i] = (r < N && k < K) ? b[((size_t)g * N + r) * (K / 2) + k / 2] : 0;
+              }
+            for (int i = 0; i < 4; ++i) {
+              const int r = rows[i & 1], blk32 = 2 * kb + (i >= 2 ? 1 : 0);
+              blk[4096 + (w * 128 + t) * 4 + i] = (r < N && blk32 < k32) ? sc[((size_t)g * N + r) * k32 + blk32] : 127;
+            }
+          }
+      }
+  return out;
+}
 
 extern "C" __global__ void __launch_bounds__(384, 1)
     w4_kernel(const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::W4Scales s,
@@ -118,11 +161,25 @@ static int run(const Problem& pr, int sample_rows, const char* name) {
   auto ta = make_map(da, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, K, std::max(M, 1), 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
   auto tb = make_map(db, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, K / 2, (unsigned long long)E * N, 32, BN,
                      CU_TENSOR_MAP_SWIZZLE_NONE);
-  const int smem = moejit::hopper::w4_smem_bytes<BN, STAGES>();
-  CK(cudaFuncSetAttribute(w4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+#if RS
+  {
+    auto arranged = arrange_rs(b, sc, E, N, K);
+    CK(cudaFree(db));
+    CK(cudaMalloc(&db, arranged.size()));
+    CK(cudaMemcpy(db, arranged.data(), arranged.size(), cudaMemcpyHostToDevice));
+    p.b = db;
+  }
+  auto tx = make_map(da, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, K, std::max(M, 1), 64, TOKENS, CU_TENSOR_MAP_SWIZZLE_128B);
+  const int smem = moejit::hopper::w4rs_smem_bytes<TOKENS, RS_STAGES>();
+  CK(cudaFuncSetAttribute(w4rs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  auto launch = [&] { w4rs_kernel<<<sms, 384, smem>>>(p, tx); };
+#else
+  const int smem = moejit::hopper::w4_smem_bytes<BN, STAGES>();
+  CK(cudaFuncSetAttribute(w4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   auto launch = [&] { w4_kernel<<<sms, 384, smem>>>(p, s, ta, tb); };
+#endif
   launch();
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
@@ -214,7 +271,13 @@ int main() {
     int E, topk, up_n, hidden, down_k;
   } models[] = {{"gpt-oss-120b", 128, 4, 5760, 2880, 2880}, {"mixtral-8x7b", 8, 2, 28672, 4096, 14336}};
   for (auto& m : models) {
-    for (int tokens : {16, 128, 16384}) {
+    // W4_TOKENS="16,128" limits the token counts (default 16, 128, 16384).
+    std::vector<int> token_counts = {16, 128, 16384};
+    if (const char* list = getenv("W4_TOKENS")) {
+      token_counts.clear();
+      for (const char* q = list; *q; q += (*q == ',')) token_counts.push_back((int)strtol(q, (char**)&q, 10));
+    }
+    for (int tokens : token_counts) {
       auto rows = route(tokens, m.E, m.topk, tokens);
       char name[96];
       snprintf(name, sizeof name, "%s up %d", m.name, tokens);

@@ -1,0 +1,205 @@
+// Weight-only MXFP4 grouped GEMM for Hopper, roles swapped: C^T = W x A^T.
+// The widened weights are wgmma's A operand straight from registers, the BF16 activations its
+// B operand from shared memory (TMA, 128-byte swizzle), so the weights never make a round trip
+// through shared memory as BF16 and no fence or barrier sits between widening and MMA. N (weight
+// rows) fills the MMA's 64-row side, which suits decode, where a group has few tokens.
+//
+// PROTOTYPE (not yet wired into KernelSpec/Runtime): verified by a standalone harness on the H100.
+//
+// Weights are pre-arranged offline (fragment order) so that each consumer thread's bytes of a
+// stage are 16 contiguous bytes and its scales 4 more. Block (group g, weight rows 128 nb..,
+// K 64 kb..) is 5120 contiguous bytes, blocks ordered [g][ceil(N/128)][ceil(K/64)]:
+//   [consumer w 0..1][thread t 0..127][16 B codes]   then   [w][t][4 B E8M0 scales]
+// With warp = t / 32, lane = t % 32, r0 = 128 nb + 64 w + 16 warp + lane / 4, r1 = r0 + 8,
+// c = lane % 4: code byte 4 kk + i (k step kk = 0..3 of 16) holds the two E2M1 codes (low nibble =
+// lower K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] (+0, +1);
+// scale byte i is row {r0, r1, r0, r1}[i], 32-block {2 kb, 2 kb, 2 kb + 1, 2 kb + 1}[i].
+// Rows past N and K past the end are zero codes (scale 127).
+#pragma once
+#include "moejit/params.cuh"
+#include "moejit/common/types.cuh"
+#include "moejit/common/scheduler.cuh"
+#include "moejit/hopper/smem.cuh"
+#include "moejit/hopper/mbarrier.cuh"
+#include "moejit/hopper/tma.cuh"
+#include "moejit/hopper/wgmma.cuh"
+#include "moejit/hopper/warpgroup.cuh"
+#include "moejit/hopper_w4/grouped_gemm_sm90_w4.cuh"
+#include "moejit/hopper_w4/wgmma_rs_ops.cuh"
+
+namespace moejit::hopper {
+
+constexpr unsigned kW4BlockBytes = 5120;  // one pre-arranged block: 4096 B codes + 1024 B scales
+
+// Plain (non-tensor) bulk copy of `bytes` contiguous bytes into shared memory, completing on an mbarrier.
+__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+template <int kTokens, int kStages>
+__host__ __device__ constexpr int w4rs_smem_bytes() {
+  return kStages * (kTokens * 128 + static_cast<int>(kW4BlockBytes)) + 2048;
+}
+
+// kTokens: tokens per tile (the MMA's N); 128 weight rows per tile (two consumers x 64).
+template <int kTokens, int kStages, int kTypeC, int kLayout>
+__device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, const TmaDescriptor& tma_a) {
+  static_assert(kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 256,
+                "tokens per tile: 16, 32, 64, 128 or 256");
+  static_assert(w4rs_smem_bytes<kTokens, kStages>() <= 232448, "stages do not fit in 227 KB");
+  static_assert(kTypeC == kBF16 || kTypeC == kF16, "prototype: 16-bit C");
+  constexpr int kRowsW = 128;
+  using Mma = WgmmaRsOp<kTokens>;
+  constexpr int kAccRegs = Mma::kRegs;
+  constexpr unsigned kXBytes = kTokens * 128;  // 64 K of BF16 per token row
+  constexpr int kConsumerWarps = 8;
+
+  extern __shared__ unsigned char moejit_smem[];
+  const unsigned smem_base = smem_addr(moejit_smem);
+  const unsigned x_stages = (smem_base + 1023u) & ~1023u;
+  const unsigned w_stages = x_stages + kStages * kXBytes;
+  const unsigned full_bars = w_stages + kStages * kW4BlockBytes;
+  const unsigned empty_bars = full_bars + 8 * kStages;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_descriptor(tma_a);
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(full_bars + 8 * st, 1);
+      mbarrier_init(empty_bars + 8 * st, kConsumerWarps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  const int num_k_blocks = (p.k + 63) / 64;
+  const int n_blocks = (p.n + kRowsW - 1) / kRowsW;
+  const int warpgroup = threadIdx.x / 128;
+  // Tiles: group-major, tokens as the cursor's "M" side, weight rows as its "N" side.
+  GroupTileCursor<kLayout, kTokens, kRowsW> cursor;
+  TileCoord tile;
+
+  if (warpgroup == 0) {
+    warpgroup_release_registers<40>();
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      unsigned phase = 0;
+      for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+        const int x_row = tile.row_begin + tile.m_block * kTokens;
+        const unsigned char* w_blocks = static_cast<const unsigned char*>(p.b) +
+            (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kW4BlockBytes;
+        for (int kb = 0; kb < num_k_blocks; ++kb) {
+          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+          const unsigned full = full_bars + 8 * stage;
+          mbarrier_arrive_expect_tx(full, kXBytes + kW4BlockBytes);
+          tma_load_2d(x_stages + stage * kXBytes, tma_a, full, kb * 64, x_row);
+          bulk_load(w_stages + stage * kW4BlockBytes, w_blocks + static_cast<long long>(kb) * kW4BlockBytes,
+                    kW4BlockBytes, full);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+      }
+    }
+  } else {
+    warpgroup_claim_registers<232>();
+    const int consumer = warpgroup - 1;
+    const int t = threadIdx.x % 128;
+    const int lane = threadIdx.x % 32;
+    const int warp_in_group = t / 32;
+    const unsigned my_codes = (consumer * 128 + t) * 16;
+    const unsigned my_scales = 4096 + (consumer * 128 + t) * 4;
+    constexpr unsigned kTwoPow126x2 = 0x7E807E80u;  // BF16 2^126 in both halves
+
+    float acc[kAccRegs];
+    int stage = 0;
+    unsigned phase = 0;
+    // Widens this thread's weights of the current stage into `frag` (all four k16 steps: their
+    // registers must stay put until the wgmmas reading them finish).
+    auto widen = [&](unsigned (&frag)[4][4]) {
+      mbarrier_wait(full_bars + 8 * stage, phase);
+      const unsigned w_stage = w_stages + stage * kW4BlockBytes;
+      unsigned codes[4], scales;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(codes[0]), "=r"(codes[1]), "=r"(codes[2]), "=r"(codes[3])
+                   : "r"(w_stage + my_codes));
+      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(scales) : "r"(w_stage + my_scales));
+      // Scale (bf16x2, both halves) of rows r0 / r1 for the first and second 32 of this K block.
+      unsigned row_scale[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) row_scale[i] = e8m0_to_bf16x2((scales >> (8 * i)) & 0xFF);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const unsigned word = codes[kk];
+        const unsigned bits[4] = {e2m1x2_bits_as_bf16x2<0>(word), e2m1x2_bits_as_bf16x2<1>(word),
+                                  e2m1x2_bits_as_bf16x2<2>(word), e2m1x2_bits_as_bf16x2<3>(word)};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          frag[kk][i] = bf16x2_mul(bf16x2_mul(bits[i], kTwoPow126x2), row_scale[(i & 1) + (kk >= 2 ? 2 : 0)]);
+      }
+    };
+    // Issues the current stage's four wgmmas and moves to the next stage.
+    auto issue = [&](const unsigned (&frag)[4][4], bool first) {
+      const unsigned x_tile = x_stages + stage * kXBytes;
+      wgmma_fence_operands(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) Mma::mma(acc, frag[kk], wgmma_desc_sw128(x_tile + kk * 32), !first || kk != 0);
+      wgmma_commit();
+      wgmma_fence_operands(acc);
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    };
+    // Waits for the wgmmas in flight and gives their stage back.
+    auto retire = [&](int done_stage) {
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc);
+      if (lane == 0) mbarrier_arrive(empty_bars + 8 * done_stage);
+    };
+    unsigned frag0[4][4], frag1[4][4];
+    for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+      // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both
+      // fragment sets stay in fixed registers.
+      if (num_k_blocks > 0) {
+        widen(frag0);
+        int in_flight = stage;
+        issue(frag0, true);
+        for (int kb = 1; kb < num_k_blocks; kb += 2) {
+          widen(frag1);
+          retire(in_flight);
+          in_flight = stage;
+          issue(frag1, false);
+          if (kb + 1 >= num_k_blocks) break;
+          widen(frag0);
+          retire(in_flight);
+          in_flight = stage;
+          issue(frag0, false);
+        }
+        retire(in_flight);
+      }
+      if (num_k_blocks == 0) {
+#pragma unroll
+        for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
+      }
+      // acc register 4j + 2h + e: weight row 16 warp + lane/4 + 8h, token 8j + 2(lane%4) + e.
+      using T = typename StorageOf<kTypeC>::type;
+      T* const c = static_cast<T*>(p.c);
+      const int n_base = tile.n_block * kRowsW + consumer * 64 + warp_in_group * 16 + lane / 4;
+      const int token_base = tile.m_block * kTokens + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < kAccRegs / 4; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const unsigned pair = pack_pair<kTypeC>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          const int n = n_base + 8 * h;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int token = token_base + 8 * j + e;
+            if (n < p.n && token < tile.group_rows)
+              c[static_cast<long long>(tile.row_begin + token) * p.n + n] = static_cast<T>(pair >> (16 * e));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace moejit::hopper
