@@ -14,11 +14,12 @@ int ceil_log2(long long v) { return v <= 1 ? 0 : 64 - std::countl_zero(static_ca
 struct TileConfig {
   TileShape tile;
   int stages, warps_m, warps_n;
+  int cluster_n = 1;  // CTAs along N sharing A (TMA multicast); skipped where the spec rejects it
 };
 // Hopper: the tiles of the v2 sweep, each with the most stages that fit (228 KB per SM).
 constexpr TileConfig kHopperTiles[] = {
     {{64, 256, 64}, 5, 1, 1}, {{128, 256, 64}, 4, 1, 1}, {{128, 192, 64}, 5, 1, 1},
-    {{128, 128, 64}, 6, 1, 1}, {{64, 128, 64}, 6, 1, 1},
+    {{128, 128, 64}, 6, 1, 1}, {{64, 128, 64}, 6, 1, 1}, {{128, 256, 64}, 4, 1, 1, 2},
 };
 constexpr TileConfig kPortableTiles[] = {
     {{64, 128, 32}, 4, 2, 4}, {{128, 128, 32}, 4, 2, 4}, {{128, 64, 32}, 4, 4, 2}, {{64, 64, 32}, 4, 2, 2},
@@ -106,6 +107,8 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
       s.stages = t.stages;
       s.warps_m = t.warps_m;
       s.warps_n = t.warps_n;
+      s.cluster_m = 1;
+      s.cluster_n = t.cluster_n;
       s.scheduler = sched;
       if (s.family == KernelFamily::portable && (arch.sm() == 86 || arch.sm() == 89)) s.stages = 3;
       try {
