@@ -136,6 +136,28 @@ TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]
   }
 }
 
+TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[compile]") {
+  // (experts, rows per expert, N, K) of suite cases; docs/perf.md v4 has the measurements.
+  struct Case {
+    int groups, rows, n, k;
+    bool pair;
+  };
+  for (Case c : {Case{8, 4096, 28672, 4096, true},    // Mixtral up 16384 tokens
+                 Case{8, 4096, 4096, 14336, true},    // Mixtral down 16384
+                 Case{256, 512, 4096, 7168, true},    // DeepSeek-V3 up 16384
+                 Case{256, 512, 7168, 2048, false},   // DeepSeek-V3 down 16384 (K = 2048)
+                 Case{256, 128, 4096, 7168, false},   // DeepSeek-V3 up 4096 (memory-bound)
+                 Case{8, 1024, 28672, 4096, false},   // Mixtral up 4096 (short launch)
+                 Case{128, 1024, 2048, 768, false}}) {  // Qwen3 down 16384 (short K)
+    std::vector<int> sizes(c.groups, c.rows);
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k,
+                  (long long)c.groups * c.rows, sizes};
+    KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
+    INFO(s.to_text());
+    CHECK((s.cluster_n == 2) == c.pair);
+  }
+}
+
 TEST_CASE("compile errors carry the spec, the log and the source lines", "[compile][nvrtc]") {
   TempDir dir;
   TemplateStore templates = fast_template_store(dir);

@@ -35,7 +35,8 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
       fmt::arg("warps_m", spec.warps_m), fmt::arg("warps_n", spec.warps_n), fmt::arg("type_ab", dtype_code(spec.a)),
       fmt::arg("type_c", dtype_code(spec.c)), fmt::arg("layout", layout_code(spec.layout)),
       fmt::arg("scheduler", scheduler_code(spec.scheduler)), fmt::arg("smem_bytes", spec.dynamic_smem_bytes()),
-      fmt::arg("threads", spec.threads_per_cta()), fmt::arg("min_ctas", spec.min_ctas_per_sm()));
+      fmt::arg("threads", spec.threads_per_cta()), fmt::arg("min_ctas", spec.min_ctas_per_sm()),
+      fmt::arg("cluster_n", spec.cluster_n));
   return out;
 }
 

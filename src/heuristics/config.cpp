@@ -9,12 +9,15 @@ namespace {
 struct TileChoice {
   TileShape tile;
   int stages, warps_m, warps_n;
+  int cluster_n = 1;
 };
 // Hopper (docs/results/2026-11-23-tune-tiles.csv): 128x256 with 4 stages is fastest once groups
 // fill 128-row tiles; with ≤ 64 rows per group (decode) 64x256 with 5 stages streams the weights
 // 3–20% faster (more tiles in flight, half the wasted rows).
 constexpr TileChoice kHopperLarge = {{128, 256, 64}, 4, 1, 1};
 constexpr TileChoice kHopperSmall = {{64, 256, 64}, 5, 1, 1};
+// 128x256 on CTA pairs that share A through TMA multicast (docs/perf.md, v4).
+constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 // Portable: 8 warps over 128x128 (two CTAs per SM); 64-row tiles when groups are small.
 constexpr TileChoice kPortableLarge = {{128, 128, 32}, 4, 2, 4};
 constexpr TileChoice kPortableSmall = {{64, 128, 32}, 4, 2, 4};
@@ -26,6 +29,7 @@ KernelSpec with_tile(KernelSpec spec, const TileChoice& t) {
   spec.stages = t.stages;
   spec.warps_m = t.warps_m;
   spec.warps_n = t.warps_n;
+  spec.cluster_n = t.cluster_n;
   return spec;
 }
 
@@ -56,10 +60,21 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   // Several groups make tiles of uneven cost: hand them out dynamically. Measured on the H100
   // (docs/results/2026-11-23-tune-tiles.csv, v2 bench): dynamic wins on Mixtral up 16384 (642 vs
   // 599 TFLOP/s), Mixtral up 1024 (0.99 vs 1.15 ms) and Qwen3 16384 (592/603 vs 515/570); static
-  // wins by 3% on Mixtral down 16384 and by 2% on DeepSeek-V3 up 16384.
+  // wins by 3% on Mixtral down 16384 and by 2% on DeepSeek-V3 up 16384. Since v4 half-empty tiles
+  // cost half, static CTAs drift apart and stop sharing B in L2: DeepSeek-V3 up 16384 274 vs 578.
   long long n_tiles = (problem.n + spec.tile.n - 1) / spec.tile.n;
   long long tiles = (rows / spec.tile.m + active) * n_tiles;
   spec.scheduler = active > 1 && tiles > std::max(sm_count, 1) ? Scheduler::dynamic : Scheduler::static_persistent;
+  // CTA pairs sharing A (TMA multicast) pull 40 instead of 48 KB per k-block from L2: measured on
+  // the H100 (docs/perf.md, v4) +7-9% on long compute-bound launches (Mixtral 16384 up/down,
+  // DeepSeek-V3 16384 up), but 1-20% slower with short K (Qwen3, K = 768/2048) or short launches
+  // (4096 tokens), where the pair's per-tile handshake is not amortized, and in memory-bound
+  // launches (DeepSeek-V3 4096: 128 rows per expert). Hence: K >= 4096, >= 256 rows per group
+  // and at least 5000 k-blocks of 128x256 tiles per SM.
+  if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 4096 && mean_rows >= 256) {
+    long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
+    if (tiles * k_blocks >= 5000LL * std::max(sm_count, 1)) spec.cluster_n = kHopperLargePair.cluster_n;
+  }
   spec.validate();
   return spec;
 }
@@ -68,7 +83,7 @@ std::vector<KernelSpec> family_candidates(const Arch& arch, KernelFamily family)
   std::vector<TileChoice> tiles;
   if (family == KernelFamily::hopper) {
     if (!hopper_capable(arch)) return {};
-    tiles = {kHopperSmall, kHopperLarge};
+    tiles = {kHopperSmall, kHopperLarge, kHopperLargePair};
   } else {
     tiles = {kPortableSmall, kPortableLarge};
   }

@@ -185,6 +185,16 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
         make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k, spec.tile.n, 64);
     TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, rows, args.n, 64, 128 / element_bytes(spec.c));
     void* params[] = {&p, &tma_a, &tma_b, &tma_c};
+    CUlaunchAttribute cluster{};
+    if (spec.cluster_n == 2) {
+      // CTA pairs on neighbouring N tiles (A multicast): an even grid, one pair at least.
+      config.gridDimX = std::max(2u, config.gridDimX & ~1u);
+      cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      cluster.value.clusterDim.x = 2;
+      cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+    }
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else {
     void* params[] = {&p};

@@ -244,7 +244,11 @@ void KernelSpec::validate() const {
   if (acc != DType::f32) fail("acc={} (allowed: f32)", moejit::to_text(acc));
   if (stages < 2 || stages > 8) fail("stages={} (allowed: 2..8)", stages);
   if (fusion.any()) fail("fusions (fuse={}, act={}) are not implemented yet", fusion_text(fusion), moejit::to_text(fusion.activation));
-  if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (only 1x1 is implemented)", cluster_m, cluster_n);
+  if (cluster_m != 1 || cluster_n != 1) {
+    // Hopper: pairs of CTAs on neighbouring N tiles share A through TMA multicast.
+    bool hopper_pair = family == KernelFamily::hopper && cluster_m == 1 && cluster_n == 2 && tile.m == 128;
+    if (!hopper_pair) fail("cluster={}x{} (implemented: 1x1; hopper with 128-row tiles: 1x2)", cluster_m, cluster_n);
+  }
 
   if (family == KernelFamily::portable) {
     if (arch.sm() < 80) fail("arch={} (portable family needs sm_80 or newer)", arch.to_text());

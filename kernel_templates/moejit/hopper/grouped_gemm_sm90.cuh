@@ -21,6 +21,7 @@
 #include "moejit/hopper/wgmma.cuh"
 #include "moejit/hopper/warpgroup.cuh"
 #include "moejit/hopper/epilogue.cuh"
+#include "moejit/hopper/cluster.cuh"
 
 namespace moejit::hopper {
 
@@ -51,7 +52,13 @@ __host__ __device__ constexpr int smem_bytes() {
          (c_staged<kBlockM, kBlockN, kStages>() ? 2 * (int)kCStageBytesPerConsumer : 0);
 }
 
-template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler>
+// kClusterN == 2: CTA pairs (a 1x2 cluster) take the two N tiles 2j, 2j+1 of one (group, M tile):
+// each loads one 64-row half of the shared A tile and multicasts it to both, so a CTA pulls
+// 40 KB instead of 48 KB per k-block from L2. Stage slots are then freed by both CTAs' consumers
+// (the empty barriers count 16 warps, half of them arriving from the peer), and the dynamic
+// scheduler's tile numbers come from rank 0, which writes them into both CTAs' rings.
+template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
+          int kClusterN = 1>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
                                              const TmaDescriptor& tma_b, const TmaDescriptor& tma_c) {
   static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM must be 64 or 128");
@@ -62,6 +69,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
                 "stages do not fit in 227 KB of shared memory");
   static_assert(kTypeAB == kBF16 || kTypeAB == kF16, "A/B must be bf16 or f16");
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
+  static_assert(kClusterN == 1 || (kClusterN == 2 && kBlockM == 128), "clusters: 1x1, or 1x2 with 128-row tiles");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // columns one consumer warpgroup computes
@@ -75,6 +83,11 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   constexpr int kConsumerWarps = 8;
   constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
   constexpr bool kStaged = c_staged<kBlockM, kBlockN, kStages>();
+  constexpr bool kPaired = kClusterN == 2;
+  const unsigned rank = kPaired ? cluster_ctarank() : 0u;
+  const unsigned peer = rank ^ 1u;
+  const int cluster_id = kPaired ? cluster_id_x() : (int)blockIdx.x;
+  const int clusters = kPaired ? cluster_count_x() : (int)gridDim.x;
 
   // Layout: [A stages][B stages][C staging, if kStaged][full bars][empty bars][tile full bars]
   //         [tile empty bars][tile ring]
@@ -96,19 +109,25 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     if constexpr (kStaged) tma_prefetch_descriptor(tma_c);
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(full_bars + 8 * s, 1);
-      mbarrier_init(empty_bars + 8 * s, kConsumerWarps);
+      mbarrier_init(empty_bars + 8 * s, kConsumerWarps * kClusterN);
     }
     for (int r = 0; r < kTileRing; ++r) {
       mbarrier_init(tile_full_bars + 8 * r, 1);
-      mbarrier_init(tile_empty_bars + 8 * r, kConsumerWarps);
+      // Paired: rank 0's slots are read by both CTAs' consumer warps and rank 1's producer.
+      mbarrier_init(tile_empty_bars + 8 * r, kPaired ? 2 * kConsumerWarps + 1 : kConsumerWarps);
     }
     mbarrier_init_fence();
   }
-  __syncthreads();
+  if constexpr (kPaired) {
+    cluster_sync();  // the peer's barriers are initialized before anything arrives on them
+  } else {
+    __syncthreads();
+  }
 
   const int num_k_blocks = (p.k + kBlockK - 1) / kBlockK;
   const int warpgroup = threadIdx.x / 128;
-  GroupTileCursor<kLayout, kBlockM, kBlockN> cursor;
+  // Paired: the cursor walks (group, M tile, pair of N tiles); this CTA's N tile is 2 j + rank.
+  GroupTileCursor<kLayout, kBlockM, kBlockN * kClusterN> cursor;
   TileCoord tile;
 
   if (warpgroup == 0) {
@@ -122,30 +141,58 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       for (int tile_iter = 0;; ++tile_iter) {
         int tile_index;
         if constexpr (kDynamic) {
-          tile_index = fetch_next_tile(p.tile_counter);
-          mbarrier_wait(tile_empty_bars + 8 * ring_slot, ring_phase ^ 1);
-          tile_ring[ring_slot] = tile_index;
-          mbarrier_arrive(tile_full_bars + 8 * ring_slot);
+          const unsigned slot_full = tile_full_bars + 8 * ring_slot, slot_empty = tile_empty_bars + 8 * ring_slot;
+          if (rank == 0) {
+            tile_index = fetch_next_tile(p.tile_counter);
+            if constexpr (kPaired) {
+              mbarrier_wait_cluster(slot_empty, ring_phase ^ 1);
+              st_shared_cluster(cluster_map(tile_ring_addr + 4 * ring_slot, peer), tile_index);
+              mbarrier_arrive_cluster(cluster_map(slot_full, peer));
+            } else {
+              mbarrier_wait(slot_empty, ring_phase ^ 1);
+            }
+            tile_ring[ring_slot] = tile_index;
+            mbarrier_arrive(slot_full);
+          } else {
+            mbarrier_wait_cluster(slot_full, ring_phase);
+            tile_index = tile_ring[ring_slot];
+            mbarrier_arrive_cluster(cluster_map(slot_empty, 0));
+          }
           if (++ring_slot == kTileRing) ring_slot = 0, ring_phase ^= 1;
         } else {
-          tile_index = blockIdx.x + tile_iter * gridDim.x;
+          tile_index = cluster_id + tile_iter * clusters;
         }
         if (!cursor.seek(p, tile_index, tile)) {
-          if constexpr (kDynamic) release_tile_counter(p.tile_counter, tile_index, cursor.tiles_before);
+          // Every fetcher's last fetch lands past the end; the last of them resets the counter.
+          if (kDynamic && rank == 0 && tile_index == cursor.tiles_before + clusters - 1) atomicExch(p.tile_counter, 0);
           break;
         }
+        const int n_block = tile.n_block * kClusterN + (int)rank;
+        const bool has_b = !kPaired || n_block * kBlockN < p.n;  // paired: odd N-tile count leaves rank 1 idle
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
-        const int b_row = tile.group * p.n + tile.n_block * kBlockN;
+        const int b_row = tile.group * p.n + n_block * kBlockN;
         // A 128-row tile whose group ends in its first half needs only that half of A.
         const bool a_upper = kBlockM == 128 && tile.m_block * kBlockM + 64 < tile.group_rows;
-        const unsigned tx_bytes = a_upper ? kStageTxBytes : kAHalfBytes + kBBytes;
+        const unsigned tx_bytes = (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
         for (int kb = 0; kb < num_k_blocks; ++kb) {
-          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
           const unsigned full = full_bars + 8 * stage;
-          mbarrier_arrive_expect_tx(full, tx_bytes);
-          tma_load_2d(a_stages + stage * kABytes, tma_a, full, kb * kBlockK, a_row);
-          if (a_upper) tma_load_2d(a_stages + stage * kABytes + kAHalfBytes, tma_a, full, kb * kBlockK, a_row + 64);
-          tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK, b_row);
+          const unsigned a_stage = a_stages + stage * kABytes;
+          if constexpr (kPaired) {
+            // Rank r loads A half r into both CTAs: both CTAs' consumers must have freed the slot.
+            mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+            mbarrier_arrive_expect_tx(full, tx_bytes);
+            if (rank == 0) {
+              tma_load_2d_multicast(a_stage, tma_a, full, kb * kBlockK, a_row, 3);
+            } else if (a_upper) {
+              tma_load_2d_multicast(a_stage + kAHalfBytes, tma_a, full, kb * kBlockK, a_row + 64, 3);
+            }
+          } else {
+            mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+            mbarrier_arrive_expect_tx(full, tx_bytes);
+            tma_load_2d(a_stage, tma_a, full, kb * kBlockK, a_row);
+            if (a_upper) tma_load_2d(a_stage + kAHalfBytes, tma_a, full, kb * kBlockK, a_row + 64);
+          }
+          if (has_b) tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK, b_row);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
@@ -170,7 +217,13 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     unsigned phase = 0;
     int ring_slot = 0;
     unsigned ring_phase = 0;
-    unsigned c_buffer = 0;  // staged epilogue: the chunk buffer to use next
+    unsigned c_buffer = 0;
+    // A stage goes back to this CTA's producer and, paired, to the peer's (which multicasts into it).
+    const unsigned peer_offset = kPaired ? cluster_map(empty_bars, peer) - empty_bars : 0u;
+    auto release_stage = [&](unsigned bar) {
+      mbarrier_arrive(bar);
+      if constexpr (kPaired) mbarrier_arrive_remote_stage(bar + peer_offset);
+    };  // staged epilogue: the chunk buffer to use next
     for (int tile_iter = 0;; ++tile_iter) {
       int tile_index;
       if constexpr (kDynamic) {
@@ -178,30 +231,37 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         // arriving thread's own accesses), then shares the tile number with its warp.
         tile_index = 0;
         if (lane == 0) {
-          mbarrier_wait(tile_full_bars + 8 * ring_slot, ring_phase);
-          tile_index = tile_ring[ring_slot];
-          mbarrier_arrive(tile_empty_bars + 8 * ring_slot);
+          if constexpr (kPaired) {
+            mbarrier_wait_cluster(tile_full_bars + 8 * ring_slot, ring_phase);
+            tile_index = tile_ring[ring_slot];
+            mbarrier_arrive_cluster(cluster_map(tile_empty_bars + 8 * ring_slot, 0));
+          } else {
+            mbarrier_wait(tile_full_bars + 8 * ring_slot, ring_phase);
+            tile_index = tile_ring[ring_slot];
+            mbarrier_arrive(tile_empty_bars + 8 * ring_slot);
+          }
         }
         tile_index = __shfl_sync(0xffffffffu, tile_index, 0);
         if (++ring_slot == kTileRing) ring_slot = 0, ring_phase ^= 1;
       } else {
-        tile_index = blockIdx.x + tile_iter * gridDim.x;
+        tile_index = cluster_id + tile_iter * clusters;
       }
       if (!cursor.seek(p, tile_index, tile)) break;
+      const int n_block = tile.n_block * kClusterN + (int)rank;
 
       // Rows of this warpgroup inside the group (group-local): none when the group ends in the
       // tile's first half; the second consumer then only passes the stages on (half the MMA time
       // for such a tile: 512 +- 22-row groups pad ~6% instead of ~12% of 128-row tiles).
       const int m_first = tile.m_block * kBlockM + tile_row0;
       const int rows_here = tile.group_rows - m_first;
-      const bool computes = rows_here > 0;
+      const bool computes = rows_here > 0 && (!kPaired || n_block * kBlockN < p.n);
 
       if (!computes) {
         // Only hand the stages back (the empty barriers count every consumer warp). A separate
         // loop: a wgmma under a divergent branch makes ptxas serialize all of them (C7520).
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           mbarrier_wait(full_bars + 8 * stage, phase);
-          if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
+          if (lane == 0) release_stage(empty_bars + 8 * stage);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
         continue;
@@ -222,15 +282,15 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         // Keep this k-block's wgmma in flight; once the previous one is done its stage goes back.
         wgmma_wait<1>();
         wgmma_fence_operands(acc);
-        if (kb > 0 && lane == 0) mbarrier_arrive(empty_bars + 8 * prev_stage);
+        if (kb > 0 && lane == 0) release_stage(empty_bars + 8 * prev_stage);
         prev_stage = stage;
         if (++stage == kStages) stage = 0, phase ^= 1;
       }
       wgmma_wait<0>();
       wgmma_fence_operands(acc);
-      if (num_k_blocks > 0 && lane == 0) mbarrier_arrive(empty_bars + 8 * prev_stage);
+      if (num_k_blocks > 0 && lane == 0) release_stage(empty_bars + 8 * prev_stage);
 
-      const int n0 = tile.n_block * kBlockN + tile_col0;
+      const int n0 = n_block * kBlockN + tile_col0;
       if constexpr (kStaged) {
         store_accumulators_staged<kTypeC, kWgN>(p, tma_c, acc, c_staging + consumer * kCStageBytesPerConsumer,
                                                 tile.row_begin + m_first, min(rows_here, 64), n0, warp_in_group,
@@ -243,6 +303,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     // Shared memory must outlive the stores' reads; the writes complete before the kernel does.
     if (kStaged && warp_in_group == 0 && lane == 0) tma_store_wait_all();
   }
+  // Paired: neither CTA exits while the peer may still arrive on its barriers.
+  if constexpr (kPaired) cluster_sync();
 }
 
 }  // namespace moejit::hopper
