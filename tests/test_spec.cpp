@@ -58,7 +58,7 @@ TEST_CASE("parser rejections name the field and the allowed values", "[spec]") {
   require_rejected("family=cutlass", {"'family'", "cutlass", "portable|hopper"});
   require_rejected("arch=sm_75", {"'arch'", "sm_75", "sm_80"});
   require_rejected("layout=ragged", {"'layout'", "contiguous|masked"});
-  require_rejected("a=int8", {"'a'", "bf16|f16|f32"});
+  require_rejected("a=int8", {"'a'", "bf16|f16|f32|e4m3"});
   require_rejected("c=fp64", {"'c'"});
   require_rejected("tile=128x128", {"'tile'", "MxNxK"});
   require_rejected("tile=128xAx32", {"'tile'", "not an integer"});
@@ -100,6 +100,28 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("family=hopper,tile=128x96x64", {"tile N=96"});
   require_rejected("family=hopper,tile=128x128x32", {"tile K=32"});
   require_rejected("family=hopper,tile=128x256x64,stages=6", {"shared memory"});
+  // FP8 (a = b = e4m3, block scales): what the hopper_fp8 kernel implements so far.
+  require_rejected("a=e4m3,b=e4m3", {"portable family has no FP8"});
+  require_rejected("family=hopper,a=e4m3,b=bf16", {"b=bf16 must equal a=e4m3"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,c=e4m3", {"c=e4m3"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x256x128", {"128x128x128|64x256x128"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x128x64", {"tile 128x128x64"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,sched=dynamic", {"static scheduler only"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=1x2", {"cluster=1x2"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,stages=8", {"shared memory"});
+}
+
+TEST_CASE("FP8 hopper spec: defaults, canonical text, shared memory", "[spec]") {
+  auto s = KernelSpec::parse("family=hopper,a=e4m3,b=e4m3");
+  s.validate();
+  CHECK(s.tile == TileShape{128, 128, 128});
+  CHECK(s.stages == 6);
+  CHECK(s.to_text() ==
+        "family=hopper,arch=sm_90a,layout=contiguous,a=e4m3,b=e4m3,c=bf16,acc=f32,tile=128x128x128,stages=6,"
+        "cluster=1x1,sched=static,fuse=none,act=none");
+  CHECK(KernelSpec::parse(s.to_text()) == s);
+  CHECK(s.dynamic_smem_bytes() == 6 * 256 * 128 + 2048);  // fp8_smem_bytes<128, 128, 6>()
+  CHECK(element_bytes(DType::e4m3) == 1);
 }
 
 TEST_CASE("spec key is pinned", "[spec][hash]") {

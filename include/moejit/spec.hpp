@@ -17,7 +17,9 @@ namespace moejit {
 
 enum class KernelFamily { portable, hopper };   // mma.sync + cp.async (sm_80+) | TMA + wgmma (sm_90a)
 enum class GroupLayout { contiguous, masked };  // values match kLayout* in kernel_templates
-enum class DType { bf16, f16, f32 };           // values match kBF16/kF16/kF32 in kernel_templates
+// Values match kBF16/kF16/kF32/kE4M3 in kernel_templates. a = b = e4m3 is FP8 with block scales
+// (DeepSeek-V3 recipe: one fp32 scale per row per 128 K for A, per 128x128 block for B).
+enum class DType { bf16, f16, f32, e4m3 };
 enum class Scheduler { static_persistent, dynamic };
 enum class Activation { none, silu, gelu, swiglu, swiglu_oai };
 

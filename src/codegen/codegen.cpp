@@ -11,6 +11,7 @@ const char* dtype_code(DType t) {
     case DType::bf16: return "moejit::kBF16";
     case DType::f16: return "moejit::kF16";
     case DType::f32: return "moejit::kF32";
+    case DType::e4m3: return "moejit::kE4M3";
   }
   return "?";
 }
@@ -25,8 +26,9 @@ const char* scheduler_code(Scheduler s) {
 
 GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& templates) {
   spec.validate();
-  const char* instantiation =
-      spec.family == KernelFamily::hopper ? "hopper_grouped_gemm.cu.in" : "portable_grouped_gemm.cu.in";
+  const char* instantiation = spec.family == KernelFamily::portable ? "portable_grouped_gemm.cu.in"
+                              : spec.a == DType::e4m3              ? "hopper_fp8_grouped_gemm.cu.in"
+                                                                   : "hopper_grouped_gemm.cu.in";
   GeneratedSource out;
   out.file_name = fmt::format("moejit_{}.cu", spec.key().hex());
   out.source = fmt::format(

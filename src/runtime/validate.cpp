@@ -23,6 +23,9 @@ void check_pointer(const void* p, const char* name, std::uintptr_t alignment) {
 }  // namespace
 
 void validate_args(const GroupedGemmArgs& a) {
+  if (a.ab_type == DType::e4m3)
+    bad("ab_type=e4m3: FP8 kernels build (moejit compile/inspect) but cannot be launched yet: their block scales are "
+        "not part of GroupedGemmArgs (expected bf16 or f16)");
   if (a.ab_type != DType::bf16 && a.ab_type != DType::f16) bad("ab_type={} (expected bf16 or f16)", to_text(a.ab_type));
   check_pointer(a.a, "a", 16);
   check_pointer(a.b, "b", 16);

@@ -37,7 +37,7 @@ struct EnumNames {
 
 constexpr EnumNames<KernelFamily, 2> kFamilies{{{{KernelFamily::portable, "portable"}, {KernelFamily::hopper, "hopper"}}}};
 constexpr EnumNames<GroupLayout, 2> kLayouts{{{{GroupLayout::contiguous, "contiguous"}, {GroupLayout::masked, "masked"}}}};
-constexpr EnumNames<DType, 3> kDTypes{{{{DType::bf16, "bf16"}, {DType::f16, "f16"}, {DType::f32, "f32"}}}};
+constexpr EnumNames<DType, 4> kDTypes{{{{DType::bf16, "bf16"}, {DType::f16, "f16"}, {DType::f32, "f32"}, {DType::e4m3, "e4m3"}}}};
 constexpr EnumNames<Scheduler, 2> kSchedulers{{{{Scheduler::static_persistent, "static"}, {Scheduler::dynamic, "dynamic"}}}};
 constexpr EnumNames<Activation, 5> kActivations{{{{Activation::none, "none"},
                                                   {Activation::silu, "silu"},
@@ -103,7 +103,7 @@ std::string_view to_text(GroupLayout v) { return kLayouts.text(v); }
 std::string_view to_text(DType v) { return kDTypes.text(v); }
 std::string_view to_text(Scheduler v) { return kSchedulers.text(v); }
 std::string_view to_text(Activation v) { return kActivations.text(v); }
-int element_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+int element_bytes(DType t) { return t == DType::f32 ? 4 : t == DType::e4m3 ? 1 : 2; }
 
 std::string Arch::to_text() const { return fmt::format("sm_{}{}{}", major, minor, arch_specific ? "a" : ""); }
 
@@ -178,6 +178,11 @@ KernelSpec KernelSpec::parse(std::string_view text) {
   if (auto v = take("b")) s.b = kDTypes.parse("b", *v);
   if (auto v = take("c")) s.c = kDTypes.parse("c", *v);
   if (auto v = take("acc")) s.acc = kDTypes.parse("acc", *v);
+  if (s.family == KernelFamily::hopper && s.a == DType::e4m3) {
+    // FP8 defaults: one stage is a 128-wide K block (one 128-byte swizzle row, one scale block).
+    s.tile = {128, 128, 128};
+    s.stages = 6;
+  }
   if (auto v = take("tile")) {
     auto d = parse_dims("tile", *v, 3, "MxNxK, e.g. 128x128x32");
     s.tile = {d[0], d[1], d[2]};
@@ -216,6 +221,10 @@ int KernelSpec::dynamic_smem_bytes() const {
   // Hopper: the TMA ring (64-wide K slices of A and B, 16-bit) + 1024 to align it for the
   // 128-byte swizzle + barriers and the dynamic scheduler's tile ring, + 32 KB of C staging for
   // the TMA-store epilogue where that still fits in 227 KB (c_staged<>() in the template).
+  if (family == KernelFamily::hopper && a == DType::e4m3) {
+    // FP8 (hopper_fp8/): fp8_smem_bytes<>(): stages of 128 bytes per tile row, no C staging.
+    return stages * (tile.m + tile.n) * 128 + 2048;
+  }
   if (family == KernelFamily::hopper) {
     int base = stages * (tile.m + tile.n) * 64 * 2 + 2048;
     constexpr int kCStaging = 32768;
@@ -239,7 +248,8 @@ void KernelSpec::validate() const {
   auto fail = [&](const char* format, auto&&... args) {
     throw SpecError(fmt::format("invalid spec {}: {}", to_text(), fmt::format(fmt::runtime(format), args...)));
   };
-  if (a != DType::bf16 && a != DType::f16) fail("a={} (allowed: bf16|f16)", moejit::to_text(a));
+  if (a != DType::bf16 && a != DType::f16 && a != DType::e4m3) fail("a={} (allowed: bf16|f16|e4m3)", moejit::to_text(a));
+  if (c == DType::e4m3) fail("c=e4m3 (allowed: bf16|f16|f32)");
   if (b != a) fail("b={} must equal a={} (mixed-input kernels come with the quant formats)", moejit::to_text(b), moejit::to_text(a));
   if (acc != DType::f32) fail("acc={} (allowed: f32)", moejit::to_text(acc));
   if (stages < 2 || stages > 8) fail("stages={} (allowed: 2..8)", stages);
@@ -251,6 +261,7 @@ void KernelSpec::validate() const {
   }
 
   if (family == KernelFamily::portable) {
+    if (a == DType::e4m3) fail("a=e4m3 (the portable family has no FP8 kernel yet; use family=hopper)");
     if (arch.sm() < 80) fail("arch={} (portable family needs sm_80 or newer)", arch.to_text());
     // Each factor is bounded before the product, which could otherwise overflow int.
     if (warps_m < 1 || warps_n < 1 || warps_m > 16 || warps_n > 16 || warps_m * warps_n > 16)
@@ -261,6 +272,13 @@ void KernelSpec::validate() const {
     if (tile.n < 16 * warps_n || tile.n % (16 * warps_n) != 0)
       fail("tile N={} is not a positive multiple of 16 × warps_n={}", tile.n, warps_n);
     if (tile.m > 256 || tile.n > 256) fail("tile {}x{} larger than 256 on a side", tile.m, tile.n);
+  } else if (a == DType::e4m3) {
+    // FP8 block-scaled kernel (kernel_templates/moejit/hopper_fp8/): what it implements so far.
+    if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
+    if (!(tile.m == 128 && tile.n == 128 && tile.k == 128) && !(tile.m == 64 && tile.n == 256 && tile.k == 128))
+      fail("tile {}x{}x{} (FP8 allows: 128x128x128|64x256x128; K = one 128-wide scale block)", tile.m, tile.n, tile.k);
+    if (scheduler != Scheduler::static_persistent) fail("sched=dynamic (the FP8 kernel has the static scheduler only so far)");
+    if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (FP8: 1x1)", cluster_m, cluster_n);
   } else {
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
     if (tile.m != 64 && tile.m != 128) fail("tile M={} (allowed: 64|128)", tile.m);

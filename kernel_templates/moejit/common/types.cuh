@@ -5,7 +5,7 @@
 
 namespace moejit {
 
-enum DTypeCode : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
+enum DTypeCode : int { kBF16 = 0, kF16 = 1, kF32 = 2, kE4M3 = 3 };
 
 template <int kType> struct StorageOf;
 template <> struct StorageOf<kBF16> { using type = unsigned short; };
