@@ -43,6 +43,7 @@ TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key
   vary([](KernelSpec& s) { s.b = DType::f16; });
   vary([](KernelSpec& s) { s.c = DType::f32; });
   vary([](KernelSpec& s) { s.acc = DType::f16; });
+  vary([](KernelSpec& s) { s.a = s.b = DType::e4m3; });
   vary([](KernelSpec& s) { s.tile.m = 128; });
   vary([](KernelSpec& s) { s.tile.n = 64; });
   vary([](KernelSpec& s) { s.tile.k = 64; });

@@ -45,22 +45,22 @@ inline std::optional<SpecKey> pack_spec(const KernelSpec& s) {
   put(lo, s.arch.minor, 8);
   put(lo, s.arch.arch_specific, 1);
   put(lo, static_cast<int>(s.layout), 2);
-  put(lo, static_cast<int>(s.a), 2);
-  put(lo, static_cast<int>(s.b), 2);
-  put(lo, static_cast<int>(s.c), 2);
-  put(lo, static_cast<int>(s.acc), 2);
+  put(lo, static_cast<int>(s.a), 3);  // 3 bits: room for the low-precision formats coming in
+  put(lo, static_cast<int>(s.b), 3);
+  put(lo, static_cast<int>(s.c), 3);
+  put(lo, static_cast<int>(s.acc), 3);
   put(lo, static_cast<int>(s.scheduler), 2);
   put(lo, s.fusion.gather_a, 1);
   put(lo, s.fusion.scatter_c, 1);
   put(lo, s.fusion.routing_weight, 1);
   put(lo, s.fusion.bias, 1);
   put(lo, static_cast<int>(s.fusion.activation), 4);
-  put(lo, s.stages, 8);
   put(lo, s.warps_m, 5);
   put(lo, s.warps_n, 5);
-  put(lo, s.cluster_m, 4);  // 61 bits so far
+  put(lo, s.cluster_m, 4);  // 57 bits
   shift = 0;
   put(hi, s.cluster_n, 4);
+  put(hi, s.stages, 8);
   put(hi, s.tile.m, 16);
   put(hi, s.tile.n, 16);
   put(hi, s.tile.k, 16);
