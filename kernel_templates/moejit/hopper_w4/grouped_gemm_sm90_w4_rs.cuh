@@ -24,7 +24,7 @@
 #include "moejit/hopper/tma.cuh"
 #include "moejit/hopper/wgmma.cuh"
 #include "moejit/hopper/warpgroup.cuh"
-#include "moejit/hopper_w4/grouped_gemm_sm90_w4.cuh"
+#include "moejit/hopper_w4/e2m1.cuh"
 #include "moejit/hopper_w4/wgmma_rs_ops.cuh"
 
 namespace moejit::hopper {

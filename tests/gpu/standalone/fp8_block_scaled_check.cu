@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "harness.cuh"
 #include "moejit/hopper_fp8/grouped_gemm_sm90_fp8.cuh"
 
 #ifndef BM
@@ -29,40 +30,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     fp8_kernel(const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::Fp8BlockScales s,
                const __grid_constant__ moejit::TmaDescriptor ta, const __grid_constant__ moejit::TmaDescriptor tb) {
   moejit::hopper::grouped_gemm_fp8<BM, BN, STAGES, moejit::kBF16, moejit::kLayoutContiguous>(p, s, ta, tb);
-}
-
-#define CK(x)                                                                      \
-  do {                                                                             \
-    cudaError_t e = (x);                                                           \
-    if (e != cudaSuccess) {                                                        \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));     \
-      exit(1);                                                                     \
-    }                                                                              \
-  } while (0)
-
-static float bf16_to_float(unsigned short b) {
-  unsigned u = unsigned(b) << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static moejit::TmaDescriptor make_map(void* base, unsigned long long inner, unsigned long long outer, unsigned box_outer) {
-  CUtensorMap map;
-  cuuint64_t dims[2] = {inner, outer};
-  cuuint64_t strides[1] = {inner};
-  cuuint32_t box[2] = {128, box_outer};
-  cuuint32_t estr[2] = {1, 1};
-  CUresult r = cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box, estr,
-                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    printf("cuTensorMapEncodeTiled failed %d\n", r);
-    exit(1);
-  }
-  moejit::TmaDescriptor d;
-  memcpy(&d, &map, sizeof d);
-  return d;
 }
 
 struct Problem {
@@ -116,8 +83,8 @@ static double run(const Problem& pr, bool check, int sample_rows, const char* na
   moejit::GroupedGemmParams p{};
   p.a = da, p.b = db, p.c = dc, p.group_offsets = doffs, p.num_groups = E, p.n = N, p.k = K, p.total_rows = M;
   moejit::Fp8BlockScales s{dsa, dsb, a_stride, nb, kb, 0};
-  auto ta = make_map(da, K, std::max(M, 1), BM);
-  auto tb = make_map(db, K, (unsigned long long)E * N, BN);
+  auto ta = make_map(da, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, K, std::max(M, 1), 128, BM, CU_TENSOR_MAP_SWIZZLE_128B);
+  auto tb = make_map(db, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, K, (unsigned long long)E * N, 128, BN, CU_TENSOR_MAP_SWIZZLE_128B);
   const int smem = moejit::hopper::fp8_smem_bytes<BM, BN, STAGES>();
   CK(cudaFuncSetAttribute(fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int sms;
@@ -139,15 +106,8 @@ static double run(const Problem& pr, bool check, int sample_rows, const char* na
     }
     double num = 0, den = 0;
     long nans = 0;
-    std::vector<int> rows_to_check;
-    if (sample_rows <= 0 || sample_rows >= M) {
-      for (int r = 0; r < M; ++r) rows_to_check.push_back(r);
-    } else {
-      std::uniform_int_distribution<int> rd(0, M - 1);
-      for (int i = 0; i < sample_rows; ++i) rows_to_check.push_back(rd(rng));
-      rows_to_check.push_back(M - 1);
-    }
-    for (int r : rows_to_check) {
+    const std::vector<int> rows = rows_to_check(M, sample_rows, rng);
+    for (int r : rows) {
       int g = int(std::upper_bound(offs.begin(), offs.end(), r) - offs.begin()) - 1;
       for (int n = 0; n < N; ++n) {
         double acc = 0;
@@ -165,26 +125,10 @@ static double run(const Problem& pr, bool check, int sample_rows, const char* na
     }
     rel = std::sqrt(num / std::max(den, 1e-300));
     printf("%s: M=%d N=%d K=%d E=%d rows checked %zu: rel_err %.3e nan %ld %s\n", name, M, N, K, E,
-           rows_to_check.size(), rel, nans, (nans == 0 && rel < 1e-2) ? "OK" : "FAIL");
+           rows.size(), rel, nans, (nans == 0 && rel < 1e-2) ? "OK" : "FAIL");
     if (nans) rel = 1e9;
   }
-  // timing
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 5; ++i) launch();
-  std::vector<float> ts;
-  for (int i = 0; i < 20; ++i) {
-    CK(cudaEventRecord(e0));
-    launch();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    ts.push_back(ms);
-  }
-  std::sort(ts.begin(), ts.end());
-  const double ms = ts[ts.size() / 2];
+  const double ms = median_launch_ms(launch);
   int active = 0;
   for (int g = 0; g < E; ++g) active += pr.rows[g] > 0;
   const double flops = 2.0 * M * N * K;
@@ -192,20 +136,6 @@ static double run(const Problem& pr, bool check, int sample_rows, const char* na
   printf("%s: %.4f ms  %.1f TFLOP/s  %.1f GB/s\n", name, ms, flops / ms / 1e9, bytes / ms / 1e6);
   cudaFree(da), cudaFree(db), cudaFree(dsa), cudaFree(dsb), cudaFree(dc), cudaFree(doffs);
   return rel;
-}
-
-static std::vector<int> route(int tokens, int E, int topk, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::vector<int> rows(E, 0), perm(E);
-  for (int t = 0; t < tokens; ++t) {
-    for (int e = 0; e < E; ++e) perm[e] = e;
-    for (int j = 0; j < topk; ++j) {
-      std::uniform_int_distribution<int> d(j, E - 1);
-      std::swap(perm[j], perm[d(rng)]);
-      ++rows[perm[j]];
-    }
-  }
-  return rows;
 }
 
 int main() {

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "harness.cuh"
 #include "moejit/hopper_w4/grouped_gemm_sm90_w4.cuh"
 #include "moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh"
 
@@ -70,47 +71,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     w4_kernel(const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::W4Scales s,
               const __grid_constant__ moejit::TmaDescriptor ta, const __grid_constant__ moejit::TmaDescriptor tb) {
   moejit::hopper::grouped_gemm_w4<BN, STAGES, moejit::kBF16, moejit::kLayoutContiguous>(p, s, ta, tb);
-}
-
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
-
-static float bf16_to_float(unsigned short b) {
-  unsigned u = unsigned(b) << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static unsigned short float_to_bf16(float f) {
-  unsigned u;
-  memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return (unsigned short)(u >> 16);
-}
-
-static moejit::TmaDescriptor make_map(void* base, CUtensorMapDataType type, unsigned elem_bytes,
-                                      unsigned long long inner, unsigned long long outer, unsigned box_inner,
-                                      unsigned box_outer, CUtensorMapSwizzle swizzle) {
-  CUtensorMap map;
-  cuuint64_t dims[2] = {inner, outer};
-  cuuint64_t strides[1] = {inner * elem_bytes};
-  cuuint32_t box[2] = {box_inner, box_outer};
-  cuuint32_t estr[2] = {1, 1};
-  CUresult r = cuTensorMapEncodeTiled(&map, type, 2, base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                      swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    printf("cuTensorMapEncodeTiled failed %d\n", r);
-    exit(1);
-  }
-  moejit::TmaDescriptor d;
-  memcpy(&d, &map, sizeof d);
-  return d;
 }
 
 static const float kE2M1[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
@@ -186,17 +146,10 @@ static int run(const Problem& pr, int sample_rows, const char* name) {
 
   std::vector<unsigned short> c((size_t)M * N);
   CK(cudaMemcpy(c.data(), dc, c.size() * 2, cudaMemcpyDeviceToHost));
-  std::vector<int> rows_to_check;
-  if (sample_rows <= 0 || sample_rows >= M) {
-    for (int r = 0; r < M; ++r) rows_to_check.push_back(r);
-  } else {
-    std::uniform_int_distribution<int> rd(0, M - 1);
-    for (int i = 0; i < sample_rows; ++i) rows_to_check.push_back(rd(rng));
-    rows_to_check.push_back(M - 1);
-  }
+  const std::vector<int> rows = rows_to_check(M, sample_rows, rng);
   double num = 0, den = 0;
   long nans = 0;
-  for (int r : rows_to_check) {
+  for (int r : rows) {
     const int g = int(std::upper_bound(offs.begin(), offs.end(), r) - offs.begin()) - 1;
     for (int n = 0; n < N; ++n) {
       double acc = 0;
@@ -219,24 +172,9 @@ static int run(const Problem& pr, int sample_rows, const char* name) {
   const double rel = std::sqrt(num / std::max(den, 1e-300));
   const bool ok = nans == 0 && rel < 1e-2;
   printf("%s: M=%d N=%d K=%d E=%d rows checked %zu: rel_err %.3e nan %ld %s\n", name, M, N, K, E,
-         rows_to_check.size(), rel, nans, ok ? "OK" : "FAIL");
+         rows.size(), rel, nans, ok ? "OK" : "FAIL");
 
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 5; ++i) launch();
-  std::vector<float> ts;
-  for (int i = 0; i < 20; ++i) {
-    CK(cudaEventRecord(e0));
-    launch();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    ts.push_back(ms);
-  }
-  std::sort(ts.begin(), ts.end());
-  const double ms = ts[ts.size() / 2];
+  const double ms = median_launch_ms(launch);
   int active = 0;
   for (int g = 0; g < E; ++g) active += pr.rows[g] > 0;
   const double flops = 2.0 * M * N * K;
@@ -245,20 +183,6 @@ static int run(const Problem& pr, int sample_rows, const char* name) {
   printf("%s: %.4f ms  %.1f TFLOP/s  %.1f GB/s\n", name, ms, flops / ms / 1e9, bytes / ms / 1e6);
   cudaFree(da), cudaFree(db), cudaFree(dsc), cudaFree(dc), cudaFree(doffs);
   return ok ? 0 : 1;
-}
-
-static std::vector<int> route(int tokens, int E, int topk, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::vector<int> rows(E, 0), perm(E);
-  for (int t = 0; t < tokens; ++t) {
-    for (int e = 0; e < E; ++e) perm[e] = e;
-    for (int j = 0; j < topk; ++j) {
-      std::uniform_int_distribution<int> d(j, E - 1);
-      std::swap(perm[j], perm[d(rng)]);
-      ++rows[perm[j]];
-    }
-  }
-  return rows;
 }
 
 int main() {

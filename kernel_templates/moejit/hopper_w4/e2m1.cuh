@@ -1,0 +1,32 @@
+// MXFP4 widening on the CUDA cores: E2M1 codes and E8M0 scales to BF16 pairs, in the
+// bf16x2 register form that both 4-bit kernels (shared-memory and register-A widening) use.
+#pragma once
+
+namespace moejit::hopper {
+
+// Byte j of `word` (two E2M1 codes: K index 2j in the low nibble, 2j + 1 in the high one) ->
+// BF16 pair holding each code's bits where BF16 keeps them, before scaling: magnitude e1 e0 m at
+// bits 8..6 (exponent field e, top mantissa bit m) and the sign at bit 15. Read as BF16 that is
+// the E2M1 value times 2^-126 (e = 0, m = 1 lands on the subnormal 2^-127 = 0.5 * 2^-126), so one
+// multiply by 2^126 restores it exactly. About 6 integer operations per pair.
+template <int kByte>
+__device__ __forceinline__ unsigned e2m1x2_bits_as_bf16x2(unsigned word) {
+  const unsigned b = (word >> (8 * kByte)) & 0xFFu;
+  const unsigned spread = b | (b << 12);  // low code at bits 3..0, high code at bits 19..16
+  return ((spread & 0x00070007u) << 6) | ((spread & 0x00080008u) << 12);
+}
+
+__device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
+  unsigned d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// E8M0 scale -> BF16 bits of 2^(s - 127), duplicated in both halves. BF16 shares FP32's exponent
+// range: s = 1..254 are normal powers of two, s = 0 is the subnormal 2^-127, s = 255 is NaN.
+__device__ __forceinline__ unsigned e8m0_to_bf16x2(unsigned s) {
+  const unsigned bits = s == 0 ? 0x0040u : s == 255 ? 0x7FC0u : (s << 7);
+  return bits | (bits << 16);
+}
+
+}  // namespace moejit::hopper
