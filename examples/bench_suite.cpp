@@ -82,17 +82,19 @@ std::string short_spec(const moejit::KernelSpec& s) {
                      s.scheduler == moejit::Scheduler::dynamic ? "dynamic" : "static");
 }
 
-// Median time of one launch over about `budget_ms` of launches (3..50), after one warm-up.
+// Median time of one launch over about `budget_ms` of launches (min_reps..max_reps), after
+// `warmups` launches.
 double time_kernel(const moejit::Kernel& kernel, const moejit::GroupedGemmArgs& args, cudaEvent_t start, cudaEvent_t stop,
-                   float budget_ms) {
-  kernel.launch(args, nullptr);
+                   float budget_ms, int warmups = 1, int min_reps = 3, int max_reps = 50) {
+  for (int i = 0; i < warmups; ++i) kernel.launch(args, nullptr);
+  check(cudaDeviceSynchronize(), "warm-up");
   float once = 0;
   cudaEventRecord(start);
   kernel.launch(args, nullptr);
   cudaEventRecord(stop);
   cudaEventSynchronize(stop);
   cudaEventElapsedTime(&once, start, stop);
-  int reps = std::clamp((int)(budget_ms / std::max(once, 1e-3f)), 3, 50);
+  int reps = std::clamp((int)(budget_ms / std::max(once, 1e-3f)), min_reps, max_reps);
   std::vector<float> ms(reps);
   for (auto& t : ms) {
     cudaEventRecord(start);
@@ -211,27 +213,8 @@ int main(int argc, char** argv) {
         }
         for (const moejit::KernelSpec& spec : specs) {
         moejit::Kernel kernel = rt.kernel(spec);
-        // Warm up, then size the repetitions to ~200 ms (5..100).
-        for (int i = 0; i < 3; ++i) kernel.launch(args, nullptr);
-        check(cudaDeviceSynchronize(), "warm-up");
-        cudaEventRecord(start);
-        kernel.launch(args, nullptr);
-        cudaEventRecord(stop);
-        cudaEventSynchronize(stop);
-        float once = 0;
-        cudaEventElapsedTime(&once, start, stop);
-        int reps = std::clamp((int)(200.f / std::max(once, 1e-3f)), 5, 100);
-        std::vector<float> ms(reps);
-        for (auto& t : ms) {
-          cudaEventRecord(start);
-          kernel.launch(args, nullptr);
-          cudaEventRecord(stop);
-          cudaEventSynchronize(stop);
-          cudaEventElapsedTime(&t, start, stop);
-        }
-        check(cudaGetLastError(), "launch");
-        std::sort(ms.begin(), ms.end());
-        double med = ms[ms.size() / 2];
+        // 3 warm-up launches, then repetitions sized to ~200 ms (5..100).
+        double med = time_kernel(kernel, args, start, stop, 200.f, 3, 5, 100);
         double flops = 2.0 * rows * n * k;
         double bytes = 2.0 * ((double)active * n * k + (double)rows * k + (double)rows * n);
         fmt::print("{},{},{},{},{},{},{},{},{},{:.4f},{:.1f},{:.1f},{}\n", m.name, gemm, tokens, m.experts, m.topk, n, k, rows,
