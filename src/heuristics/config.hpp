@@ -16,6 +16,7 @@ struct GemmProblem {
   int k = 0;
   long long total_rows = 0;       // contiguous: ΣM; masked: an estimate of valid rows if known, else capacity × groups
   std::span<const int> group_rows;  // per-group valid rows when known (may be empty)
+  Fusion fusion{};                  // built into the chosen spec (configs that cannot take it are avoided)
 };
 
 // Chooses family, tile, stages and scheduler for the arch. Documented in docs/design.md.

@@ -23,6 +23,7 @@ struct ShapeBucket {
   int num_groups = 0, n = 0, k = 0;
   int rows_log2 = 0;    // ceil(log2(ceil(rows per active group))); 0 also for empty problems
   int active_log2 = 0;  // ceil(log2(active groups))
+  Fusion fusion{};      // fused calls are buckets of their own (text: ",fuse=...,act=..." appended)
 
   bool operator==(const ShapeBucket&) const = default;
   std::string to_text() const;  // "layout=contiguous,ab=bf16,c=bf16,groups=128,n=5760,k=2880,rows<=512,active<=128"
