@@ -147,7 +147,9 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
     rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
     active = args.num_groups;
   }
-  return ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active);
+  ShapeBucket bucket = ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active);
+  bucket.fusion = args.fusion;
+  return bucket;
 }
 
 void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmArgs& args,
@@ -176,15 +178,37 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   config.sharedMemBytes = spec.dynamic_smem_bytes();
   config.hStream = reinterpret_cast<CUstream>(stream);
 
+  // Fused kernels take FusionParams as one more parameter (kernel_templates/moejit/params.cuh).
+  const Fusion& fusion = spec.fusion;
+  const bool fused = fusion.any();
+  FusionParams fp{};
+  const int n_out = fusion.glu_activation() ? args.n / 2 : args.n;
+  if (fused) {
+    fp.gather_rows = args.gather_rows;
+    fp.scatter_rows = args.scatter_rows;
+    fp.routing_weights = args.routing_weights;
+    fp.bias = args.bias;
+    fp.num_tokens = args.num_tokens;
+    fp.num_out_rows = args.num_out_rows;
+    fp.n_out = n_out;
+  }
+
   if (spec.family == KernelFamily::hopper) {
     // A in 64-row boxes (a 128-row tile whose group ends in its first half loads one), B in
     // tile-wide boxes, C (the TMA-store epilogue) in 64-row boxes of 128 bytes: all 128B-swizzled.
+    // Fusions: gathered A is [num_tokens, K] in 1-row boxes (one per routed row); split-GLU B
+    // comes in boxes of half a consumer slice; C is [rows or num_out_rows, n_out].
     std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
-    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, 64, 64);
-    TmaDescriptor tma_b =
-        make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k, spec.tile.n, 64);
-    TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, rows, args.n, 64, 128 / element_bytes(spec.c));
-    void* params[] = {&p, &tma_a, &tma_b, &tma_c};
+    const int slice_n = spec.tile.m == 64 ? spec.tile.n / 2 : spec.tile.n;
+    TmaDescriptor tma_a = fusion.gather_a ? make_tma_2d_swizzled(args.a, spec.a, (std::uint64_t)args.num_tokens, args.k, 1, 64)
+                                          : make_tma_2d_swizzled(args.a, spec.a, rows, args.k, 64, 64);
+    TmaDescriptor tma_b = make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k,
+                                               fusion.glu_activation() && fusion.glu == GluLayout::split ? slice_n / 2
+                                                                                                          : spec.tile.n,
+                                               64);
+    std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
+    TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c));
+    void* params[] = {&p, &tma_a, &tma_b, &tma_c, &fp};  // the unfused kernel takes the first four
     CUlaunchAttribute cluster{};
     if (spec.cluster_n == 2) {
       // CTA pairs on neighbouring N tiles (A multicast): an even grid, one pair at least.
@@ -197,7 +221,7 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     }
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else {
-    void* params[] = {&p};
+    void* params[] = {&p, &fp};  // the unfused kernel takes the first one
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   }
 }
@@ -313,6 +337,7 @@ GemmProblem problem_of(const GroupedGemmArgs& args, const HostGroups& groups, st
   problem.num_groups = args.num_groups;
   problem.n = args.n;
   problem.k = args.k;
+  problem.fusion = args.fusion;
   problem.total_rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
   if (groups.known) {
     rows.resize(args.num_groups);
@@ -335,7 +360,8 @@ std::optional<KernelSpec> stored_spec(Runtime::Impl& rt, const ShapeBucket& buck
   try {
     KernelSpec spec = KernelSpec::parse(text);
     spec.validate();
-    if (spec.arch == rt.arch && spec.layout == bucket.layout && spec.a == bucket.ab_type && spec.c == bucket.c_type)
+    if (spec.arch == rt.arch && spec.layout == bucket.layout && spec.a == bucket.ab_type && spec.c == bucket.c_type &&
+        spec.fusion == bucket.fusion)
       return spec;
   } catch (const Error&) {
   }
@@ -381,6 +407,7 @@ KernelSpec Runtime::choose_spec(const GroupedGemmArgs& args) const {
 
 std::optional<KernelSpec> Runtime::tuned_spec(const GroupedGemmArgs& args) {
   validate_args(args);
+  validate_fusion_args(args, args.fusion);
   if (impl_->has_device) impl_->make_current();
   HostGroups groups;
   if (!args.host_groups.empty() || impl_->has_device) groups = host_groups(args);
@@ -392,6 +419,7 @@ std::string Runtime::tuning_file() const { return impl_->tuning.path(); }
 
 void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
   validate_args(args);
+  validate_fusion_args(args, args.fusion);
   if (!impl_->has_device) throw DriverError("Runtime::grouped_gemm: this runtime is offline", CUDA_ERROR_NO_DEVICE);
   impl_->make_current();
   HostGroups groups = host_groups(args);
@@ -423,6 +451,7 @@ void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
 
 TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneOptions& options) {
   validate_args(args);
+  validate_fusion_args(args, args.fusion);
   if (!impl_->has_device) throw DriverError("Runtime::tune: this runtime is offline: tuning times kernels on a GPU", CUDA_ERROR_NO_DEVICE);
   if (!(options.ms_per_candidate > 0 && options.ms_per_candidate <= 60000))
     throw InvalidArgument(fmt::format("Runtime::tune: ms_per_candidate={} (expected > 0 and at most 60000)", options.ms_per_candidate));
