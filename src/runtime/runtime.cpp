@@ -196,12 +196,12 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   if (spec.family == KernelFamily::hopper) {
     // A in 64-row boxes (a 128-row tile whose group ends in its first half loads one), B in
     // tile-wide boxes, C (the TMA-store epilogue) in 64-row boxes of 128 bytes: all 128B-swizzled.
-    // Fusions: gathered A is [num_tokens, K] in 1-row boxes (one per routed row); split-GLU B
-    // comes in boxes of half a consumer slice; C is [rows or num_out_rows, n_out].
+    // Fusions: split-GLU B comes in boxes of half a consumer slice; C is [rows or num_out_rows, n_out].
     std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
     const int slice_n = spec.tile.m == 64 ? spec.tile.n / 2 : spec.tile.n;
-    TmaDescriptor tma_a = fusion.gather_a ? make_tma_2d_swizzled(args.a, spec.a, (std::uint64_t)args.num_tokens, args.k, 1, 64)
-                                          : make_tma_2d_swizzled(args.a, spec.a, rows, args.k, 64, 64);
+    // (fuse=gather copies A with cp.async; the map over [num_tokens, K] is then only a valid placeholder.)
+    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, fusion.gather_a ? (std::uint64_t)args.num_tokens : rows,
+                                               args.k, 64, 64);
     TmaDescriptor tma_b = make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k,
                                                fusion.glu_activation() && fusion.glu == GluLayout::split ? slice_n / 2
                                                                                                           : spec.tile.n,

@@ -1,6 +1,6 @@
 // Fusions of the Hopper grouped GEMM (docs/design.md, "Fusions"): the split-GLU B loads and the
 // fused epilogue on a consumer warpgroup's accumulators:
-//   acc (+ bias[g][col]) -> activation -> (* routing_weights[r]) -> C's type -> store
+//   acc (+ bias[g][col], already in acc: init_acc_with_bias) -> activation -> (* routing_weights[r]) -> C's type -> store
 // The store is the unfused kernel's (TMA-store staging through stmatrix where the spec stages C,
 // else direct stores) unless rows are scattered: those rows go out with direct stores to
 // C[scatter_rows[r]] (16 bytes per lane for 16-bit C after a quad transpose), or fp32 atomic adds.
@@ -34,6 +34,36 @@ __device__ __forceinline__ void load_b_tile(unsigned dst, const TmaDescriptor& m
     for (int s = 0; s < kBlockN / kWgN; ++s) {
       tma_load_2d(dst + s * kWgN * 128, map, bar, k, group * n + out0 + s * kHalf);
       tma_load_2d(dst + s * kWgN * 128 + kHalf * 128, map, bar, k, group * n + n / 2 + out0 + s * kHalf);
+    }
+  }
+}
+
+// fuse=bias: the accumulators of a tile start at the bias of their GEMM columns (glu=split: the
+// slice's first half are gate columns out0 + i, its second half up columns n/2 + out0 + i).
+// col0: the tile's first GEMM column (n_block * kBlockN); tile_col0: the slice's first column.
+template <int kBlockN, int kWgN, bool kSplit>
+__device__ __forceinline__ void init_acc_with_bias(float (&acc)[kWgN / 2], const FusionParams& f, int group, int n,
+                                                   int col0, int tile_col0, int lane) {
+  const float* const bias = f.bias + (long long)group * n;
+  const int q = lane % 4;
+#pragma unroll
+  for (int j = 0; j < kWgN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int cl = 8 * j + 2 * q + e;  // column in the slice
+      int col;
+      bool in;
+      if constexpr (kSplit) {
+        const int out = col0 / 2 + tile_col0 / 2 + (cl < kWgN / 2 ? cl : cl - kWgN / 2);
+        in = out < n / 2;
+        col = cl < kWgN / 2 ? out : n / 2 + out;
+      } else {
+        col = col0 + tile_col0 + cl;
+        in = col < n;
+      }
+      const float b = in ? __ldg(bias + col) : 0.f;
+      acc[4 * j + e] = b;
+      acc[4 * j + 2 + e] = b;
     }
   }
 }
@@ -134,31 +164,6 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
   const int n_out = Fuse::glu ? n / 2 : n;
   const int q = lane % 4;
   const int m_warp = m_first + warp_in_group * 16 + lane / 4;  // group-local row of h = 0
-
-  // Bias on the accumulators (GEMM columns; glu=split: gate half, then up half of the slice).
-  if constexpr (Fuse::bias) {
-    const float* const bias = f.bias + (long long)group * n;
-#pragma unroll
-    for (int j = 0; j < kWgN / 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int cl = 8 * j + 2 * q + e;  // column in the slice
-        int col;
-        bool in;
-        if constexpr (Fuse::glu_split) {
-          const int out = col0 / 2 + tile_col0 / 2 + (cl < kWgN / 2 ? cl : cl - kWgN / 2);
-          in = out < n / 2;
-          col = cl < kWgN / 2 ? out : n / 2 + out;
-        } else {
-          col = col0 + tile_col0 + cl;
-          in = col < n;
-        }
-        const float b = in ? __ldg(bias + col) : 0.f;
-        acc[4 * j + e] += b;
-        acc[4 * j + 2 + e] += b;
-      }
-    }
-  }
 
   float w[2] = {1.f, 1.f};
   if constexpr (Fuse::weight) {

@@ -60,8 +60,8 @@ __host__ __device__ constexpr int smem_bytes() {
 // scheduler's tile numbers come from rank 0, which writes them into both CTAs' rings.
 //
 // Fuse (common/fusion.cuh) and f (null without fusions): the fusions (docs/design.md, "Fusions"). fuse=gather: the whole
-// producer warp loads A row by row (a 1-row TMA box per routed row, tma_a is then a map of the
-// token-order A with 1-row boxes); glu=split: B comes in two boxes per consumer slice (gate rows,
+// producer warp copies A row by row with cp.async into the swizzled stage (tma_a is unused);
+// fuse=bias: the accumulators start at the bias; glu=split: B comes in two boxes per consumer slice (gate rows,
 // up rows; tma_b has kWgN/2-row boxes); the epilogue runs in fused_epilogue.cuh.
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
           int kClusterN, class Fuse>
@@ -116,7 +116,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     tma_prefetch_descriptor(tma_b);
     if constexpr (kStaged) tma_prefetch_descriptor(tma_c);
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full_bars + 8 * s, 1);
+      // fuse=gather: + one cp.async arrival per producer lane (the rows of A come by cp.async).
+      mbarrier_init(full_bars + 8 * s, Fuse::gather ? 1 + 32 : 1);
       mbarrier_init(empty_bars + 8 * s, kConsumerWarps * kClusterN);
     }
     for (int r = 0; r < kTileRing; ++r) {
@@ -190,33 +191,54 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         const bool a_upper = kBlockM == 128 && tile.m_block * kBlockM + 64 < tile.group_rows;
         const unsigned tx_bytes = (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
         if constexpr (Fuse::gather) {
-          // Lane l loads tile rows l, l + 32, ...: A row gather_rows[routed row] as a 1-row box
-          // into that row's 128-byte line of the 1024-byte aligned stage (the 128B swizzle is a
-          // function of the shared-memory address, so the row lands where a whole-box load would
-          // put it). Rows past the group are not loaded (their accumulator rows are never stored);
-          // an index outside [0, num_tokens) is zero-filled by TMA.
+          // fuse=gather: the producer warp copies A row by row with cp.async (16-byte chunks into
+          // the 128B-swizzled position: chunk c of tile row r at r * 128 + ((c ^ r % 8) * 16) of the
+          // 1024-byte aligned stage), B by TMA as usual. The full barrier counts lane 0's
+          // arrive.expect_tx (B's bytes) and one cp.async.mbarrier.arrive.noinc per lane, which fires
+          // when that lane's copies have landed. Lane l holds the tokens of tile rows l + 32 i and
+          // hands them out by shuffles: one warp-wide cp.async covers 4 rows x 128 bytes (8 lanes
+          // per row, coalesced). Rows past the group are not copied (their accumulator
+          // rows are never stored); an index outside [0, num_tokens) reads a zero row.
           constexpr int kRowsPerLane = kBlockM / 32;
           const int rows_valid = tile.group_rows - tile.m_block * kBlockM;
           int token[kRowsPerLane];
 #pragma unroll
           for (int i = 0; i < kRowsPerLane; ++i) {
             const int r = producer_lane + 32 * i;
-            token[i] = r < rows_valid ? __ldg(f->gather_rows + a_row + r) : 0;
+            int t = -1;
+            if (r < rows_valid) t = __ldg(f->gather_rows + a_row + r);
+            token[i] = (unsigned)t < (unsigned)f->num_tokens ? t : -1;
           }
-          const int rows_loaded = rows_valid < kBlockM ? rows_valid : kBlockM;
-          const unsigned gather_tx = (unsigned)rows_loaded * kRowBytes + kBBytes;
+          const int chunk = producer_lane % 8;
+          const unsigned short* const a_base = static_cast<const unsigned short*>(p.a);
           for (int kb = 0; kb < num_k_blocks; ++kb) {
             const unsigned full = full_bars + 8 * stage;
             const unsigned a_stage = a_stages + stage * kABytes;
             mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
-            if (producer_leader) mbarrier_arrive_expect_tx(full, gather_tx);
-            __syncwarp();
+            if (producer_leader) {
+              mbarrier_arrive_expect_tx(full, kBBytes);
+              load_b_tile<kBlockN, kWgN, Fuse::glu_split>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK,
+                                                          tile.group, n_block, p.n);
+            }
+            const int k = kb * kBlockK + chunk * 8;
+            const bool k_valid = k < p.k;  // K % 8 == 0: a chunk is wholly inside or outside K
+            // Rolled inner loop: the producer has 40 registers (unrolled, the addresses spilled).
 #pragma unroll
             for (int i = 0; i < kRowsPerLane; ++i) {
-              const int r = producer_lane + 32 * i;
-              if (r < rows_valid) tma_load_2d(a_stage + r * kRowBytes, tma_a, full, kb * kBlockK, token[i]);
+#pragma unroll 1
+              for (int step = 0; step < 8; ++step) {
+                // Row r = 32 i + 4 step + lane / 8: its token is lane (r % 32)'s token[i].
+                const int r_in = producer_lane / 8 + 4 * step;
+                const int t = __shfl_sync(0xffffffffu, token[i], r_in);
+                const int r = 32 * i + r_in;
+                if (r < rows_valid) {
+                  const bool valid = k_valid && t >= 0;
+                  const unsigned short* src = valid ? a_base + (long long)t * p.k + k : a_base;
+                  cp_async_16_zfill_sm90(a_stage + r * kRowBytes + ((chunk ^ (r % 8)) * 16), src, valid);
+                }
+              }
             }
-            if (producer_leader) load_b_tile<kBlockN, kWgN, Fuse::glu_split>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK, tile.group, n_block, p.n);
+            cp_async_mbarrier_arrive_noinc(full);
             if (++stage == kStages) stage = 0, phase ^= 1;
           }
           continue;
@@ -317,16 +339,22 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         }
         continue;
       }
+      // fuse=bias: the accumulators start at the bias and every wgmma accumulates (loading the
+      // bias in the epilogue held 64 more registers next to the accumulators and spilled).
+      if constexpr (Fuse::bias)
+        init_acc_with_bias<kBlockN, kWgN, Fuse::glu_split>(acc, *f, tile.group, p.n, n_block * kBlockN, tile_col0, lane);
       int prev_stage = 0;
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         mbarrier_wait(full_bars + 8 * stage, phase);
+        // fuse=gather: A came through the generic proxy (cp.async); order it before wgmma's reads.
+        if constexpr (Fuse::gather) fence_proxy_async_shared();
         const unsigned a_tile = a_stages + stage * kABytes + a_offset;
         const unsigned b_tile = b_stages + stage * kBBytes + b_offset;
         wgmma_fence_operands(acc);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < kBlockK / 16; ++k) {
-          Mma::mma(acc, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), (kb | k) != 0);
+          Mma::mma(acc, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), Fuse::bias || (kb | k) != 0);
         }
         wgmma_commit();
         wgmma_fence_operands(acc);
