@@ -126,7 +126,61 @@ std::vector<KernelSpec> fp8_variants() {
   return out;
 }
 
+// Fused kernels (docs/design.md, "Fusions"): a representative set per family, each fusion
+// flag, activation, GLU layout and the atomic combine at least once, on the tiles the heuristic
+// picks (the GPU tests in test_gpu_fusion.cpp run many more).
+std::vector<KernelSpec> fused_variants() {
+  std::vector<KernelSpec> out;
+  for (const char* text : {
+           // portable: GEMM1 (gather + bias + GLU, both layouts), GEMM2 (scatter + weight), atomics
+           "family=portable,arch=sm_80,tile=128x128x32,stages=4,warps=2x4,sched=dynamic,fuse=gather+bias,act=swiglu_oai",
+           "family=portable,arch=sm_80,layout=masked,a=f16,b=f16,c=f16,tile=64x128x32,stages=4,warps=2x4,"
+           "fuse=gather+bias,act=swiglu,glu=split",
+           "family=portable,arch=sm_80,tile=128x128x32,stages=4,warps=2x4,fuse=scatter+weight+bias",
+           "family=portable,arch=sm_80,c=f32,tile=64x128x32,stages=4,warps=2x4,sched=dynamic,fuse=scatter+weight+atomic",
+           "family=portable,arch=sm_90a,tile=128x128x32,stages=4,warps=2x4,fuse=gather+scatter+weight+bias,act=gelu",
+           "family=portable,arch=sm_86,tile=64x128x32,stages=3,warps=2x4,act=silu",
+           // hopper: staged C (128x256, 128x128), direct stores (64x256), CTA pairs, gather by cp.async
+           "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu_oai",
+           "family=hopper,layout=masked,a=f16,b=f16,c=f16,tile=64x256x64,stages=5,fuse=gather+bias,act=swiglu,glu=split",
+           "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,fuse=scatter+weight+bias",
+           "family=hopper,c=f32,tile=128x128x64,stages=6,fuse=gather+scatter+weight+atomic,act=swiglu_oai,glu=split",
+           "family=hopper,tile=64x128x64,stages=6,layout=masked,act=gelu",
+           "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=weight,act=silu",
+       }) {
+    KernelSpec s = KernelSpec::parse(text);
+    s.validate();
+    out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("fused variants compile with tensor-core MMAs, no spills, no local memory", "[compile][nvrtc][fusion]") {
+  std::vector<KernelSpec> portable, hopper;
+  for (auto& s : fused_variants()) (s.family == KernelFamily::hopper ? hopper : portable).push_back(s);
+  check_variants(portable, "fused portable", "HMMA");
+  check_variants(hopper, "fused hopper", "HGMMA");
+}
+
+TEST_CASE("unfused kernels are generated exactly as before the fusions", "[compile][fusion]") {
+  // Fused kernels have their own instantiation files; the unfused ones keep theirs (their SASS
+  // was compared byte for byte when the fusions came in: docs/design.md, "Fusions").
+  const TemplateStore& templates = TemplateStore::from_embedded();
+  KernelSpec plain = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4");
+  std::string src = generate_source(plain, templates).source;
+  CHECK(src.find("FusionParams") == std::string::npos);
+  CHECK(src.find("grouped_gemm<MOEJIT_CONFIG, 1>(p, tma_a, tma_b, tma_c);") != std::string::npos);
+  KernelSpec fused = plain;
+  fused.fusion.bias = true;
+  std::string fsrc = generate_source(fused, templates).source;
+  CHECK(fsrc.find("const __grid_constant__ moejit::FusionParams fusion") != std::string::npos);
+  CHECK(fsrc.find("moejit::FusionConfig<false, false, false, true, moejit::kActNone, moejit::kGluInterleaved, false>") !=
+        std::string::npos);
+  KernelSpec portable = KernelSpec::parse("arch=sm_80");
+  CHECK(generate_source(portable, templates).source.find("FusionParams") == std::string::npos);
+}
 
 TEST_CASE("every portable variant compiles for sm_80 with HMMA and no spills", "[compile][nvrtc]") {
   check_family(Arch{8, 0, false}, KernelFamily::portable, "HMMA");
