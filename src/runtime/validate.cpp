@@ -58,20 +58,20 @@ void validate_fusion_args(const GroupedGemmArgs& a, const Fusion& f) {
     check_pointer(a.gather_rows, "gather_rows (fuse=gather)", 4);
     if (a.num_tokens < 1) bad("num_tokens={} with fuse=gather (expected the rows of A in token order, >= 1)", a.num_tokens);
   } else {
-    if (a.gather_rows) bad("gather_rows is set but the kernel has no fuse=gather");
-    if (a.num_tokens != 0) bad("num_tokens={} is set but the kernel has no fuse=gather", a.num_tokens);
+    if (a.gather_rows) bad("gather_rows is set without fuse=gather (in the kernel's spec or args.fusion)");
+    if (a.num_tokens != 0) bad("num_tokens={} is set without fuse=gather (in the kernel's spec or args.fusion)", a.num_tokens);
   }
   if (f.scatter_c) {
     check_pointer(a.scatter_rows, "scatter_rows (fuse=scatter)", 4);
     if (a.num_out_rows < 1) bad("num_out_rows={} with fuse=scatter (expected the rows of C, >= 1)", a.num_out_rows);
   } else {
-    if (a.scatter_rows) bad("scatter_rows is set but the kernel has no fuse=scatter");
-    if (a.num_out_rows != 0) bad("num_out_rows={} is set but the kernel has no fuse=scatter", a.num_out_rows);
+    if (a.scatter_rows) bad("scatter_rows is set without fuse=scatter (in the kernel's spec or args.fusion)");
+    if (a.num_out_rows != 0) bad("num_out_rows={} is set without fuse=scatter (in the kernel's spec or args.fusion)", a.num_out_rows);
   }
   if (f.routing_weight) check_pointer(a.routing_weights, "routing_weights (fuse=weight)", 4);
-  else if (a.routing_weights) bad("routing_weights is set but the kernel has no fuse=weight");
+  else if (a.routing_weights) bad("routing_weights is set without fuse=weight (in the kernel's spec or args.fusion)");
   if (f.bias) check_pointer(a.bias, "bias (fuse=bias)", 4);
-  else if (a.bias) bad("bias is set but the kernel has no fuse=bias");
+  else if (a.bias) bad("bias is set without fuse=bias (in the kernel's spec or args.fusion)");
   if (f.atomic && !f.scatter_c) bad("fusion: fuse=atomic needs fuse=scatter");
   if (f.atomic && a.c_type != DType::f32) bad("c_type={} with fuse=atomic (atomic accumulation needs f32)", to_text(a.c_type));
   if (f.glu_activation() && a.n % 16)
