@@ -256,7 +256,11 @@ int KernelSpec::dynamic_smem_bytes() const {
 int KernelSpec::min_ctas_per_sm() const {
   // Measured on the H100 (docs/perf.md): 128x128 tiles with 8 warps run 10-30% faster with
   // two CTAs per SM (registers capped at 128, no spills at BK=32 with 16-bit C; fp32 C spills).
-  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32 && c != DType::f32) return 2;
+  // Fused portable kernels on sm_90 (where the heuristic takes the hopper family) keep one CTA:
+  // at two, ptxas spilled a register in a few of them (e.g. fuse=weight, 128x128 dynamic).
+  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32 && c != DType::f32 &&
+      !(fusion.any() && arch.sm() >= 90))
+    return 2;
   return 1;
 }
 

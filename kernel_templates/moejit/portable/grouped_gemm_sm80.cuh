@@ -186,31 +186,26 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
   // after the staging tile; the ring is free (the caller waited for every cp.async and synced).
   float* const s_bias = reinterpret_cast<float*>(staging + kBlockM * kOutPitch);
   float* const s_weight = s_bias + kBlockN;
-  if constexpr (Fuse::bias || Fuse::weight) {
-    for (int i = (int)threadIdx.x; i < kBlockN + kBlockM; i += kThreads) {
-      float v = 0.f;
-      if (i < kBlockN) {
-        if constexpr (Fuse::bias) {
-          int col;
-          bool in;
-          if constexpr (Fuse::glu_split) {
-            const int pair = tile_col / 2 + i / 2;
-            in = pair < n / 2;
-            col = (i & 1) ? n / 2 + pair : pair;
-          } else {
-            col = tile_col + i;
-            in = col < n;
-          }
-          if (in) v = __ldg(f.bias + (long long)coord.group * n + col);
-        }
-      } else if constexpr (Fuse::weight) {
-        const int r = i - kBlockN;
-        if (r < rows_valid) v = __ldg(f.routing_weights + row0 + r);
+  if constexpr (Fuse::bias) {
+    for (int i = (int)threadIdx.x; i < kBlockN; i += kThreads) {
+      int col;
+      bool in;
+      if constexpr (Fuse::glu_split) {
+        const int pair = tile_col / 2 + i / 2;
+        in = pair < n / 2;
+        col = (i & 1) ? n / 2 + pair : pair;
+      } else {
+        col = tile_col + i;
+        in = col < n;
       }
-      (i < kBlockN ? s_bias[i] : s_weight[i - kBlockN]) = v;
+      s_bias[i] = in ? __ldg(f.bias + (long long)coord.group * n + col) : 0.f;
     }
-    __syncthreads();
   }
+  if constexpr (Fuse::weight) {
+    for (int r = (int)threadIdx.x; r < kBlockM; r += kThreads)
+      s_weight[r] = r < rows_valid ? __ldg(f.routing_weights + row0 + r) : 0.f;
+  }
+  if constexpr (Fuse::bias || Fuse::weight) __syncthreads();
 #pragma unroll
   for (int ni = 0; ni < kMmaN; ++ni) {
     const int col = warp_n * kWarpTileN + ni * 8 + (lane & 3) * 2;  // even
