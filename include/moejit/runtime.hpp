@@ -48,6 +48,20 @@ struct GroupedGemmArgs {
   // back (a synchronizing copy) unless trust_device_groups is set.
   std::span<const int> host_groups{};
   bool trust_device_groups = false;
+
+  // Fusion operands (docs/notes fusion contract; the fused kernels are on the fusion branch).
+  // Each is required exactly when its spec flag is set. "Routed row r": contiguous [0, total_rows),
+  // masked g × capacity + i.
+  // fuse=gather: A is [num_tokens, K] in token order; routed row r reads A row gather_rows[r].
+  const int* gather_rows = nullptr;
+  int num_tokens = 0;
+  // fuse=scatter: routed row r writes row scatter_rows[r] of C, then [num_out_rows, N_out].
+  const int* scatter_rows = nullptr;
+  int num_out_rows = 0;
+  // fuse=weight: fp32, one per routed row; multiplies the output row after the activation.
+  const float* routing_weights = nullptr;
+  // fuse=bias: fp32 [num_groups, N] (N before a GLU halves it), added before the activation.
+  const float* bias = nullptr;
 };
 
 enum class CacheOutcome { memory_hit, disk_hit, compiled };
