@@ -55,6 +55,7 @@ std::uint16_t to_half_bits(DType t, float v) { return t == DType::bf16 ? float_t
 float from_half_bits(DType t, std::uint16_t v) { return t == DType::bf16 ? bf16_to_float(v) : f16_to_float(v); }
 
 void run_case(const Case& c) {
+  runtime();  // its context must be current before the first allocation
   INFO("case " << c.name << ": tokens " << c.tokens << ", experts " << c.experts << ", top-" << c.top_k);
   std::mt19937 rng(std::hash<std::string>()(c.name) ^ c.tokens);
   std::normal_distribution<float> normal;
@@ -217,6 +218,7 @@ TEST_CASE("route: padded offsets and the masked layout (with drops)", "[gpu][rou
 }
 
 TEST_CASE("combine matches the reference: types, weights, dropped slots", "[gpu][routing]") {
+  runtime();
   struct Combo {
     DType in, out;
     bool weighted, dropped;
