@@ -265,6 +265,7 @@ TEST_CASE("routing kernels compile for sm_90a and sm_80 without spills or local 
   for (auto& t : threads) t.join();
   TempDir dir;
   double max_ms = 0, total_ms = 0;
+  std::string times;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     INFO("spec: " << specs[i].to_text());
     REQUIRE(errors[i] == "");
@@ -287,6 +288,8 @@ TEST_CASE("routing kernels compile for sm_90a and sm_80 without spills or local 
     }
     max_ms = std::max(max_ms, results[i].wall_ms);
     total_ms += results[i].wall_ms;
+    times += fmt::format("\n  {:6.0f} ms  {}", results[i].wall_ms, specs[i].to_text());
   }
-  WARN(fmt::format("{} routing variants compiled; NVRTC {:.0f} ms in all, slowest {:.0f} ms", specs.size(), total_ms, max_ms));
+  WARN(fmt::format("{} routing variants compiled; NVRTC {:.0f} ms in all, slowest {:.0f} ms{}", specs.size(), total_ms,
+                   max_ms, times));
 }
