@@ -112,8 +112,44 @@ void launch(CUfunction function, unsigned grid, void* params, Stream stream) {
   MOEJIT_CU(driver().cuLaunchKernelEx(&config, function, args, nullptr));
 }
 
-CUfunction function_of(Runtime& rt, const RoutingSpec& spec, const std::string& text, const char* entry) {
-  return runtime_function(rt, text, entry, [&] { return compile_routing(rt, spec)->cubin; });
+enum Entry { kFused, kTopk, kScan, kScatter, kCombine };
+constexpr const char* kEntryNames[] = {"moejit_route_fused", "moejit_route_topk", "moejit_route_scan",
+                                       "moejit_route_scatter", "moejit_combine"};
+
+// Every field of a validated spec, and the entry, in 64 bits (the ranges are the validated ones:
+// experts <= 1024, top_k <= 32, groups <= 32).
+std::uint64_t packed_key(const RoutingSpec& s, Entry entry) {
+  std::uint64_t key = 0;
+  int shift = 0;
+  auto put = [&](std::uint64_t value, int bits) {
+    key |= (value & ((1ull << bits) - 1)) << shift;
+    shift += bits;
+  };
+  put(entry, 3);
+  put(static_cast<int>(s.op), 1);
+  put(s.arch.major, 8);
+  put(s.arch.minor, 8);
+  put(s.arch.arch_specific, 1);
+  put(static_cast<int>(s.logits), 3);
+  put(s.experts, 11);
+  put(s.top_k, 6);
+  put(static_cast<int>(s.score), 2);
+  put(s.renormalize, 1);
+  put(s.expert_groups, 6);
+  put(s.topk_groups, 6);
+  put(static_cast<int>(s.input), 3);
+  put(static_cast<int>(s.output), 3);  // 62 bits
+  return key;
+}
+
+// The loaded function: by packed key (a repeated call formats no text), else loaded (and compiled
+// or read from the cache) by the spec's text.
+CUfunction function_of(Runtime& rt, const RoutingSpec& spec, Entry entry) {
+  const std::uint64_t key = packed_key(spec, entry);
+  if (CUfunction f = runtime_cached_function(rt, key)) return f;
+  CUfunction f = runtime_function(rt, spec.to_text(), kEntryNames[entry], [&] { return compile_routing(rt, spec)->cubin; });
+  runtime_remember_function(rt, key, f);
+  return f;
 }
 
 }  // namespace
@@ -148,7 +184,6 @@ std::shared_ptr<const CompiledRoutingKernel> compile_routing(Runtime& rt, const 
 void route(Runtime& rt, const RoutingArgs& a, Stream stream) {
   validate_route(a);
   RoutingSpec spec = RoutingSpec::for_route(a, rt.arch());
-  std::string text = spec.to_text();
   RoutingParams p{};
   p.logits = a.logits;
   p.correction_bias = a.method.score == RoutingScore::sigmoid_topk ? a.correction_bias : nullptr;
@@ -169,14 +204,14 @@ void route(Runtime& rt, const RoutingArgs& a, Stream stream) {
   runtime_make_current(rt);
   if (a.num_tokens <= kTokensPerCta) {
     p.tokens_per_cta = std::max(a.num_tokens, 1);
-    launch(function_of(rt, spec, text, "moejit_route_fused"), 1, &p, stream);
+    launch(function_of(rt, spec, kFused), 1, &p, stream);
     return;
   }
   p.tokens_per_cta = kTokensPerCta;
   unsigned ctas = static_cast<unsigned>(route_ctas(a.num_tokens));
-  launch(function_of(rt, spec, text, "moejit_route_topk"), ctas, &p, stream);
-  launch(function_of(rt, spec, text, "moejit_route_scan"), 1, &p, stream);
-  launch(function_of(rt, spec, text, "moejit_route_scatter"), ctas, &p, stream);
+  launch(function_of(rt, spec, kTopk), ctas, &p, stream);
+  launch(function_of(rt, spec, kScan), 1, &p, stream);
+  launch(function_of(rt, spec, kScatter), ctas, &p, stream);
 }
 
 void combine(Runtime& rt, const CombineArgs& a, Stream stream) {
@@ -191,7 +226,7 @@ void combine(Runtime& rt, const CombineArgs& a, Stream stream) {
   p.num_vectors = (long long)a.num_tokens * a.n / 8;
   p.n = a.n;
   runtime_make_current(rt);
-  launch(function_of(rt, spec, spec.to_text(), "moejit_combine"),
+  launch(function_of(rt, spec, kCombine),
          static_cast<unsigned>((p.num_vectors + kThreads - 1) / kThreads), &p, stream);
 }
 

@@ -63,6 +63,8 @@ struct Runtime::Impl {
   std::mutex extra_mutex;
   std::unordered_map<std::string, CUmodule> extra_modules;
   std::unordered_map<std::string, CUfunction> extra_functions;
+  std::shared_mutex extra_hot_mutex;
+  std::unordered_map<std::uint64_t, CUfunction> extra_by_key;
 
   Impl(RuntimeOptions o, Arch a)
       : options(o), arch(a), cache(TemplateStore::current(), NvrtcCompiler({o.line_info}), DiskCache(DiskCache::default_dir())) {}
@@ -507,6 +509,17 @@ CUfunction runtime_function(Runtime& rt, const std::string& spec_text, const cha
   MOEJIT_CU(driver().cuModuleGetFunction(&function, module->second, entry));
   impl.extra_functions.emplace(std::move(name), function);
   return function;
+}
+
+CUfunction runtime_cached_function(Runtime& rt, std::uint64_t key) {
+  std::shared_lock lock(rt.impl().extra_hot_mutex);
+  auto it = rt.impl().extra_by_key.find(key);
+  return it == rt.impl().extra_by_key.end() ? nullptr : it->second;
+}
+
+void runtime_remember_function(Runtime& rt, std::uint64_t key, CUfunction function) {
+  std::unique_lock lock(rt.impl().extra_hot_mutex);
+  rt.impl().extra_by_key.try_emplace(key, function);
 }
 
 }  // namespace moejit

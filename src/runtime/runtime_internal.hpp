@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -17,5 +18,10 @@ void runtime_make_current(Runtime& rt);
 // called on the first request only) and unloaded with it. Throws DriverError.
 CUfunction runtime_function(Runtime& rt, const std::string& spec_text, const char* entry,
                             const std::function<std::string()>& cubin);
+
+// Hot path in front of runtime_function: a function by a 64-bit key the caller packs from its
+// spec (no text, no allocation); null until remembered.
+CUfunction runtime_cached_function(Runtime& rt, std::uint64_t key);
+void runtime_remember_function(Runtime& rt, std::uint64_t key, CUfunction function);
 
 }  // namespace moejit
