@@ -28,7 +28,8 @@
 // Without a GPU it says so, compiles (prewarms) the kernels it would use for sm_90a, and exits 0.
 //
 //   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all] [--tokens 16,1024,16384]
-//             [--check-tokens 32] [--reps 20]
+//             [--check-tokens 32] [--reps 20] [--route-only]
+//   --route-only: time and check route() alone (no weights), e.g. DeepSeek-V3 at 16384 tokens
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -469,17 +470,74 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, const std::ui
   return ok;
 }
 
+// Routing alone (no weights needed): time route() and check it against reference::route; for
+// the routing cost at shapes whose layer is too big to hold here (DeepSeek-V3 at 16384 tokens).
+bool run_route_only(Runtime& rt, const LayerModel& m, int tokens, int reps) {
+  std::vector<float> logits = random_logits(m, tokens);
+  std::vector<float> bias = m.correction_bias ? random_f32(m.experts, 15, 0.05f) : std::vector<float>{};
+  RoutingArgs ra = routing_shape(m, tokens);
+  const long long rows = (long long)tokens * m.top_k;
+  float* d_logits = device_copy(logits);
+  float* d_bias = m.correction_bias ? device_copy(bias) : nullptr;
+  ra.logits = d_logits;
+  ra.correction_bias = d_bias;
+  ra.topk_ids = static_cast<int*>(device_alloc(rows * 4));
+  ra.topk_weights = static_cast<float*>(device_alloc(rows * 4));
+  ra.group_offsets = static_cast<int*>(device_alloc((m.experts + 1) * 4));
+  ra.gather_rows = static_cast<int*>(device_alloc(routed_rows(ra) * 4));
+  ra.scatter_rows = static_cast<int*>(device_alloc(routed_rows(ra) * 4));
+  ra.routing_weights = static_cast<float*>(device_alloc(routed_rows(ra) * 4));
+  ra.workspace_bytes = routing_workspace_bytes(ra);
+  ra.workspace = device_alloc(ra.workspace_bytes);
+  route(rt, ra, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "route");
+  auto ref = reference::route(ra, logits, bias);
+  std::vector<int> ids(rows), gather(rows);
+  check_cuda(cudaMemcpy(ids.data(), ra.topk_ids, rows * 4, cudaMemcpyDeviceToHost), "ids");
+  check_cuda(cudaMemcpy(gather.data(), ra.gather_rows, rows * 4, cudaMemcpyDeviceToHost), "gather_rows");
+  bool ok = ids == ref.topk_ids && gather == std::vector<int>(ref.gather_rows.begin(), ref.gather_rows.begin() + rows);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < 5; ++i) route(rt, ra, nullptr);
+  std::vector<float> ms(reps);
+  for (auto& t : ms) {
+    cudaEventRecord(start);
+    route(rt, ra, nullptr);
+    cudaEventRecord(stop);
+    check_cuda(cudaEventSynchronize(stop), "route");
+    cudaEventElapsedTime(&t, start, stop);
+  }
+  fmt::print("{},{},route_only,{:.4f}\n", m.name, tokens, median(ms));
+  fmt::print(stderr, "{} tokens {}: route alone {:.4f} ms; ids and rows {}\n", m.name, tokens, median(ms),
+             ok ? "match the reference" : "DO NOT MATCH THE REFERENCE");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  for (void* p : {(void*)d_logits, (void*)d_bias, (void*)ra.topk_ids, (void*)ra.topk_weights, (void*)ra.group_offsets,
+                  (void*)ra.gather_rows, (void*)ra.scatter_rows, (void*)ra.routing_weights, ra.workspace})
+    cudaFree(p);
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_arg = "gpt-oss-120b,qwen3-30b-a3b";
   std::vector<int> token_counts = {16, 1024, 16384};
   int check_tokens = 32, reps = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--model")) model_arg = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--tokens")) token_counts = parse_list(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--check-tokens")) check_tokens = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  bool route_only = false, models_bad = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--route-only") {
+      route_only = true;
+      continue;
+    }
+    const char* value = i + 1 < argc ? argv[++i] : "";
+    if (flag == "--model") model_arg = value;
+    else if (flag == "--tokens") token_counts = parse_list(value);
+    else if (flag == "--check-tokens") check_tokens = std::atoi(value);
+    else if (flag == "--reps") reps = std::atoi(value);
+    else models_bad = true;
   }
   std::vector<const LayerModel*> models;
   std::stringstream names(model_arg == "all" ? "gpt-oss-120b,qwen3-30b-a3b,deepseek-v3" : model_arg);
@@ -491,10 +549,10 @@ int main(int argc, char** argv) {
     else models.push_back(found);
   }
   bool bad_tokens = std::any_of(token_counts.begin(), token_counts.end(), [](int t) { return t < 1; });
-  if (models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
+  if (models_bad || models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
     fmt::print(stderr,
                "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all (comma-separated)] [--tokens 16,1024,16384] "
-               "[--check-tokens 32] [--reps 20]\n",
+               "[--check-tokens 32] [--reps 20] [--route-only]\n",
                argv[0]);
     return 2;
   }
@@ -506,6 +564,12 @@ int main(int argc, char** argv) {
   fmt::print(stderr, "device: {} ({}, {} SMs)\n", rt.device_name(), rt.arch().to_text(), rt.sm_count());
   fmt::print("model,tokens,what,ms\n");
   bool all_ok = true;
+  if (route_only) {
+    for (const LayerModel* m : models)
+      for (int tokens : token_counts) all_ok &= run_route_only(rt, *m, tokens, reps);
+    fmt::print(stderr, "{}\n", all_ok ? "routing matches the CPU reference" : "ROUTING DOES NOT MATCH THE REFERENCE");
+    return all_ok ? 0 : 1;
+  }
   for (const LayerModel* m : models) {
     Weights w = make_weights(*m);
     std::uint16_t* d_w1 = device_copy(w.w1);
