@@ -16,10 +16,15 @@
 namespace moejit {
 namespace {
 
-// Tokens per CTA of the top-k and scatter kernels (8 warps, 16 tokens each); a call with at most
-// this many tokens runs as one fused CTA (one launch instead of three).
-constexpr int kTokensPerCta = 128;
-constexpr int kThreads = 256;  // routing::kThreads in kernel_templates/moejit/routing/routing.cuh
+// A call with at most this many tokens runs as one fused CTA (one launch instead of three; its 8
+// warps take 8 tokens each at most). Above it, the top-k and scatter kernels take tokens_per_cta
+// tokens per CTA: about two CTAs per SM (the top-k's warps mostly wait for their logits: more of
+// them in flight, not more tokens each), between 8 (one token per warp) and 128 (the scan's
+// chain over CTAs stays short). Estimates until measured: docs/design.md, "Routing".
+constexpr int kFusedMaxTokens = 64;
+constexpr int kMinTokensPerCta = 8, kMaxTokensPerCta = 128;
+constexpr int kThreads = 256;       // routing::kThreads in kernel_templates/moejit/routing/routing.cuh
+constexpr int kScanThreads = 1024;  // routing::kScanThreads
 
 template <typename... Args>
 [[noreturn]] void bad(const char* call, fmt::format_string<Args...> format, Args&&... args) {
@@ -33,7 +38,14 @@ void check_pointer(const char* call, const void* p, const char* name, std::uintp
 
 bool storable(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 
-int route_ctas(int num_tokens) { return std::max(1, (num_tokens + kTokensPerCta - 1) / kTokensPerCta); }
+int tokens_per_cta(int num_tokens, int sm_count) {
+  int per = (num_tokens + 2 * sm_count - 1) / (2 * sm_count);
+  per = (per + kMinTokensPerCta - 1) / kMinTokensPerCta * kMinTokensPerCta;
+  return std::clamp(per, kMinTokensPerCta, kMaxTokensPerCta);
+}
+
+// The most CTAs any device can give a call (the workspace is sized for it).
+int max_route_ctas(int num_tokens) { return std::max(1, (num_tokens + kMinTokensPerCta - 1) / kMinTokensPerCta); }
 
 void validate_route(const RoutingArgs& a) {
   const char* call = "route";
@@ -101,11 +113,11 @@ void validate_combine(const CombineArgs& a) {
     bad(call, "num_tokens × top_k = {} (at most {})", (long long)a.num_tokens * a.top_k, INT32_MAX);
 }
 
-void launch(CUfunction function, unsigned grid, void* params, Stream stream) {
+void launch(CUfunction function, unsigned grid, void* params, Stream stream, unsigned threads = kThreads) {
   CUlaunchConfig config{};
   config.gridDimX = grid;
   config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = kThreads;
+  config.blockDimX = threads;
   config.blockDimY = config.blockDimZ = 1;
   config.hStream = reinterpret_cast<CUstream>(stream);
   void* args[] = {params};
@@ -162,7 +174,7 @@ long long routed_rows(const RoutingArgs& a) {
 std::size_t routing_workspace_bytes(const RoutingArgs& a) {
   // Per-CTA counts, then the total counts and the group starts (routing.cuh, workspace_counts).
   long long experts = std::max(a.num_experts, 0);
-  return sizeof(int) * static_cast<std::size_t>(route_ctas(a.num_tokens) * experts + 2 * experts + 1);
+  return sizeof(int) * static_cast<std::size_t>(max_route_ctas(a.num_tokens) * experts + 2 * experts + 1);
 }
 
 std::shared_ptr<const CompiledRoutingKernel> compile_routing(Runtime& rt, const RoutingSpec& spec, CacheOutcome* outcome) {
@@ -202,15 +214,15 @@ void route(Runtime& rt, const RoutingArgs& a, Stream stream) {
   p.capacity = a.capacity;
   p.scaling_factor = a.method.scaling_factor;
   runtime_make_current(rt);
-  if (a.num_tokens <= kTokensPerCta) {
+  if (a.num_tokens <= kFusedMaxTokens) {
     p.tokens_per_cta = std::max(a.num_tokens, 1);
     launch(function_of(rt, spec, kFused), 1, &p, stream);
     return;
   }
-  p.tokens_per_cta = kTokensPerCta;
-  unsigned ctas = static_cast<unsigned>(route_ctas(a.num_tokens));
+  p.tokens_per_cta = tokens_per_cta(a.num_tokens, std::max(rt.sm_count(), 1));
+  unsigned ctas = static_cast<unsigned>((a.num_tokens + p.tokens_per_cta - 1) / p.tokens_per_cta);
   launch(function_of(rt, spec, kTopk), ctas, &p, stream);
-  launch(function_of(rt, spec, kScan), 1, &p, stream);
+  launch(function_of(rt, spec, kScan), 1, &p, stream, kScanThreads);
   launch(function_of(rt, spec, kScatter), ctas, &p, stream);
 }
 

@@ -7,10 +7,10 @@
 // expert are in (token, slot) order, i.e. sorted by token. Ties between equal scores go to the
 // lower expert index, as in the CPU reference (moejit::reference::route).
 //
-// Launch shapes (host: src/runtime/routing.cpp), kThreads threads per CTA:
+// Launch shapes (host: src/runtime/routing.cpp), kThreads threads per CTA but the scan's:
 //   few tokens:  fused   one CTA does top-k, counts, offsets and the row arrays (one launch)
 //   many tokens: topk    one CTA per tokens_per_cta tokens, one warp per token, CTA histogram
-//                scan    one CTA: per-CTA bases (prefix over CTAs) and group offsets
+//                scan    one CTA of kScanThreads: per-CTA bases (prefix over CTAs), group offsets
 //                scatter one CTA per tokens_per_cta tokens: ranks within the CTA, row arrays
 #pragma once
 #include "moejit/common/types.cuh"
@@ -20,6 +20,7 @@ namespace moejit::routing {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+constexpr int kScanThreads = 1024;  // the scan CTA: up to 1024 / E threads share an expert's CTAs
 constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float infinity() { return __int_as_float(0x7f800000); }
@@ -215,10 +216,10 @@ __device__ __forceinline__ void route_token(const RoutingParams& p, int token, i
 
 // Group sizes (padded to the alignment, or the masked capacity), their exclusive prefix over the
 // experts -> starts[0..kExperts]; writes group_offsets (contiguous) and group_counts.
-template <int kExperts>
+template <int kExperts, int kBlockThreads = kThreads>
 __device__ __forceinline__ void write_offsets(const RoutingParams& p, const int* counts, int* starts) {
-  constexpr int kPerThread = (kExperts + kThreads - 1) / kThreads;
-  __shared__ int warp_totals[kWarps];
+  constexpr int kPerThread = (kExperts + kBlockThreads - 1) / kBlockThreads;
+  __shared__ int warp_totals[kBlockThreads / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int local[kPerThread];
   int sum = 0;
@@ -252,7 +253,7 @@ __device__ __forceinline__ void write_offsets(const RoutingParams& p, const int*
       if (p.group_counts) p.group_counts[e] = p.layout == 1 ? min(counts[e], p.capacity) : counts[e];
     }
   }
-  if (tid == kThreads - 1) {
+  if (tid == kBlockThreads - 1) {
     starts[kExperts] = before + sum;
     if (p.group_offsets) p.group_offsets[kExperts] = before + sum;
   }
@@ -335,27 +336,44 @@ __device__ __forceinline__ void topk_count(const RoutingParams& p) {
     p.block_counts[static_cast<long long>(blockIdx.x) * kExperts + e] = hist[e];
 }
 
-// One CTA: each CTA's counts become its base within the expert (exclusive prefix over CTAs).
+// One CTA of kScanThreads: each CTA's counts become its base within the expert (exclusive prefix
+// over CTAs). kSegments threads share an expert, each over a contiguous run of CTAs, so that the
+// chain of loads per thread is ctas / kSegments long.
 template <int kExperts>
 __device__ __forceinline__ void scan(const RoutingParams& p) {
+  constexpr int kSegments = kScanThreads / kExperts > 0 ? kScanThreads / kExperts : 1;
+  __shared__ int partial[kSegments][kExperts];
   __shared__ int counts[kExperts];
   __shared__ int starts[kExperts + 1];
   const int ctas = num_ctas<kExperts>(p);
-  for (int e = threadIdx.x; e < kExperts; e += kThreads) {
+  const int per_segment = (ctas + kSegments - 1) / kSegments;
+  for (int i = threadIdx.x; i < kSegments * kExperts; i += kScanThreads) {
+    const int e = i % kExperts, segment = i / kExperts;
+    const int first = segment * per_segment, last = min(first + per_segment, ctas);
+    int sum = 0;
+#pragma unroll 8
+    for (int b = first; b < last; ++b) sum += p.block_counts[static_cast<long long>(b) * kExperts + e];
+    partial[segment][e] = sum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kSegments * kExperts; i += kScanThreads) {
+    const int e = i % kExperts, segment = i / kExperts;
+    const int first = segment * per_segment, last = min(first + per_segment, ctas);
     int running = 0;
+    for (int s = 0; s < segment; ++s) running += partial[s][e];
+    if (segment == kSegments - 1) counts[e] = running + partial[segment][e];
     int* column = p.block_counts + e;
 #pragma unroll 8
-    for (int b = 0; b < ctas; ++b) {
+    for (int b = first; b < last; ++b) {
       const int c = column[static_cast<long long>(b) * kExperts];
       column[static_cast<long long>(b) * kExperts] = running;
       running += c;
     }
-    counts[e] = running;
   }
   __syncthreads();
-  write_offsets<kExperts>(p, counts, starts);
+  write_offsets<kExperts, kScanThreads>(p, counts, starts);
   int* ws_counts = workspace_counts<kExperts>(p);
-  for (int e = threadIdx.x; e <= kExperts; e += kThreads) {
+  for (int e = threadIdx.x; e <= kExperts; e += kScanThreads) {
     if (e < kExperts) ws_counts[e] = counts[e];
     ws_counts[kExperts + e] = starts[e];
   }
