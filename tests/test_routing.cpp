@@ -274,6 +274,18 @@ TEST_CASE("routing kernels compile through the runtime's cache, offline", "[rout
   CHECK(k1->cubin.substr(1, 3) == "ELF");
   CHECK(second == CacheOutcome::memory_hit);
   CHECK(k1->cache_key == k2->cache_key);
+  // A second runtime reads it from disk (or rebuilds it when the disk cache is off): same bytes.
+  auto rt2 = Runtime::offline(Arch{9, 0, true});
+  CacheOutcome third;
+  auto k3 = compile_routing(*rt2, s, &third);
+  CHECK(third != CacheOutcome::memory_hit);
+  CHECK(k3->cubin == k1->cubin);
+  CHECK(k3->cache_key == k1->cache_key);
+  // The combine kernel has its own entry.
+  CombineArgs c;
+  c.top_k = 2;
+  auto k4 = compile_routing(*rt, RoutingSpec::for_combine(c, Arch{9, 0, true}));
+  CHECK(!(k4->cache_key == k1->cache_key));
 }
 
 TEST_CASE("the routing sigmoid is within 2e-7 of 1/(1+exp(-x)) and saturates at the ends", "[routing]") {
