@@ -181,6 +181,13 @@ void* device_alloc(std::size_t bytes) {
   return d;
 }
 
+// GroupedGemmArgs::fusion (the fusion branch's addition beyond the contract) tells the heuristic
+// which fusions the kernel will have (gather keeps single CTAs, for one); set where it exists.
+template <typename Args>
+void set_args_fusion(Args& args, const Fusion& fusion) {
+  if constexpr (requires { args.fusion; }) args.fusion = fusion;
+}
+
 // The two GEMMs' arguments, fused as the contract says (include/moejit/runtime.hpp).
 struct LayerGemms {
   GroupedGemmArgs up, down;
@@ -204,10 +211,12 @@ LayerGemms layer_gemms(const LayerModel& m, int tokens) {
   g.down_fusion.scatter_c = true;
   g.down_fusion.routing_weight = true;
   g.down_fusion.bias = m.expert_bias;
+  set_args_fusion(g.up, g.up_fusion);
+  set_args_fusion(g.down, g.down_fusion);
   return g;
 }
 
-// The fused spec for a GEMM: the heuristic's tile for the shape, with the fusions.
+// The fused spec for a GEMM: the heuristic's tile for the shape and fusions, with the fusions.
 KernelSpec fused_spec(Runtime& rt, const GroupedGemmArgs& args, const Fusion& fusion) {
   KernelSpec spec = rt.choose_spec(args);
   spec.fusion = fusion;
@@ -404,6 +413,8 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, const std::ui
     check_cuda(cudaMemcpy(static_cast<char*>(d_a_plain) + (std::size_t)j * tokens * H * 2, d_x, (std::size_t)tokens * H * 2,
                           cudaMemcpyDeviceToDevice), "A for the plain GEMM");
   GroupedGemmArgs plain1 = g.up, plain2 = g.down;
+  set_args_fusion(plain1, Fusion{});
+  set_args_fusion(plain2, Fusion{});
   plain1.a = d_a_plain, plain1.c = d_c_plain, plain1.gather_rows = nullptr, plain1.num_tokens = 0, plain1.bias = nullptr;
   plain2.c = d_y, plain2.scatter_rows = nullptr, plain2.num_out_rows = 0, plain2.routing_weights = nullptr, plain2.bias = nullptr;
   plain1.host_groups = plain2.host_groups = offsets;
