@@ -21,6 +21,7 @@
 #include "moejit/errors.hpp"
 #include "moejit/moejit.hpp"
 #include "moejit/params.cuh"
+#include "runtime/runtime_internal.hpp"
 #include "runtime/tuner.hpp"
 #include "runtime/validate.hpp"
 #include "util/log.hpp"
@@ -58,6 +59,12 @@ struct Runtime::Impl {
   std::map<std::string, TunedEntry> tuned;
   std::mutex counters_mutex;
   std::map<Stream, DeviceBuffer> tile_counters;  // dynamic scheduler: one self-resetting int per stream
+  // Routing kernels (src/runtime/routing.cpp): modules by spec text, functions by spec text + entry.
+  std::mutex extra_mutex;
+  std::unordered_map<std::string, CUmodule> extra_modules;
+  std::unordered_map<std::string, CUfunction> extra_functions;
+  std::shared_mutex extra_hot_mutex;
+  std::unordered_map<std::uint64_t, CUfunction> extra_by_key;
 
   Impl(RuntimeOptions o, Arch a)
       : options(o), arch(a), cache(TemplateStore::current(), NvrtcCompiler({o.line_info}), DiskCache(DiskCache::default_dir())) {}
@@ -272,6 +279,7 @@ Runtime::~Runtime() {
     impl_->tile_counters.clear();
     for (auto& [text, k] : impl_->loaded)
       if (k.module) driver().cuModuleUnload(k.module);
+    for (auto& [text, module] : impl_->extra_modules) driver().cuModuleUnload(module);
     driver().cuDevicePrimaryCtxRelease(impl_->device);
   } catch (...) {
     // Destructors must not throw; the driver reclaims everything at exit.
@@ -502,6 +510,45 @@ TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneO
   std::unique_lock lock(impl_->hot_mutex);
   impl_->by_bucket.insert_or_assign(bucket, best);
   return result;
+}
+
+KernelCache& runtime_cache(Runtime& rt) { return rt.impl().cache; }
+
+void runtime_make_current(Runtime& rt) { rt.impl().make_current(); }
+
+CUfunction runtime_function(Runtime& rt, const std::string& spec_text, const char* entry,
+                            const std::function<std::string()>& cubin) {
+  Runtime::Impl& impl = rt.impl();
+  if (!impl.has_device)
+    throw DriverError(fmt::format("{}: this runtime is offline ({}); it can compile but not load kernels", spec_text,
+                                  impl.arch.to_text()),
+                      CUDA_ERROR_NO_DEVICE);
+  std::string name = spec_text + "|" + entry;
+  std::lock_guard lock(impl.extra_mutex);
+  if (auto it = impl.extra_functions.find(name); it != impl.extra_functions.end()) return it->second;
+  auto module = impl.extra_modules.find(spec_text);
+  if (module == impl.extra_modules.end()) {
+    std::string bytes = cubin();
+    impl.make_current();
+    CUmodule loaded = nullptr;
+    MOEJIT_CU(driver().cuModuleLoadData(&loaded, bytes.data()));
+    module = impl.extra_modules.emplace(spec_text, loaded).first;
+  }
+  CUfunction function = nullptr;
+  MOEJIT_CU(driver().cuModuleGetFunction(&function, module->second, entry));
+  impl.extra_functions.emplace(std::move(name), function);
+  return function;
+}
+
+CUfunction runtime_cached_function(Runtime& rt, std::uint64_t key) {
+  std::shared_lock lock(rt.impl().extra_hot_mutex);
+  auto it = rt.impl().extra_by_key.find(key);
+  return it == rt.impl().extra_by_key.end() ? nullptr : it->second;
+}
+
+void runtime_remember_function(Runtime& rt, std::uint64_t key, CUfunction function) {
+  std::unique_lock lock(rt.impl().extra_hot_mutex);
+  rt.impl().extra_by_key.try_emplace(key, function);
 }
 
 }  // namespace moejit
