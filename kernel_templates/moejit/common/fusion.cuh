@@ -5,6 +5,7 @@
 #pragma once
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
+#include "moejit/common/fusion_index.cuh"
 
 namespace moejit {
 
