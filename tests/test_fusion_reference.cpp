@@ -15,6 +15,9 @@ TEST_CASE("reference activations", "[fusion]") {
   // gpt-oss: gate clamped to max 7, up to [-7, 7]
   CHECK(ref_glu(Activation::swiglu_oai, 10.0, 10.0) == Approx(7.0 / (1.0 + std::exp(-1.702 * 7.0)) * 8.0));
   CHECK(ref_glu(Activation::swiglu_oai, -3.0, -9.0) == Approx(-3.0 / (1.0 + std::exp(1.702 * 3.0)) * -6.0));
+  // NaN is not clamped away (torch.clamp keeps it; the kernels compare so that it stays NaN).
+  CHECK(std::isnan(ref_glu(Activation::swiglu_oai, std::nan(""), 1.0)));
+  CHECK(std::isnan(ref_glu(Activation::swiglu_oai, 1.0, std::nan(""))));
 }
 
 namespace {
