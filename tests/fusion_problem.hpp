@@ -250,14 +250,25 @@ struct FusedProblem {
     long nan_where_written = 0;  // NaN (or leftover poison) where a result belongs
     long written_outside = 0;    // elements no row may write that changed
     long checked = 0;
+    // Elements farther from the reference than elem_rel |ref| + elem_abs rms(ref): a wrong
+    // element, row or column that the norm-wise rel_err would average away.
+    long elements_off = 0;
+    std::size_t worst = 0;  // index of the element farthest outside its tolerance
+    double worst_got = 0, worst_ref = 0;
   };
 
-  Check check() const {
-    std::vector<double> ref = reference();
+  // elem_rel, elem_abs: per-element tolerance (see Check::elements_off); 0 skips that check.
+  Check check(double elem_rel = 0, double elem_abs = 0) const {
     std::vector<char> raw(c_bytes());
     d_c.download(raw.data(), raw.size());
+    return compare(reference(), raw, elem_rel, elem_abs);
+  }
+
+  // C's bytes (raw, as downloaded) against the reference; no GPU needed.
+  Check compare(const std::vector<double>& ref, const std::vector<char>& raw, double elem_rel = 0, double elem_abs = 0) const {
     Check out;
     double err2 = 0, ref2 = 0;
+    std::vector<double> got_all(ref.size(), std::nan(""));
     for (std::size_t i = 0; i < ref.size(); ++i) {
       double got;
       bool untouched;
@@ -282,9 +293,20 @@ struct FusedProblem {
         err2 += (got - ref[i]) * (got - ref[i]);
         ref2 += ref[i] * ref[i];
         out.checked++;
+        got_all[i] = got;
       }
     }
     out.rel_err = ref2 > 0 ? std::sqrt(err2 / ref2) : 0;
+    if (elem_rel > 0 || elem_abs > 0) {
+      const double rms = out.checked ? std::sqrt(ref2 / (double)out.checked) : 0;
+      double worst_excess = -1;
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        if (std::isnan(ref[i]) || std::isnan(got_all[i])) continue;
+        const double excess = std::abs(got_all[i] - ref[i]) - (elem_rel * std::abs(ref[i]) + elem_abs * rms);
+        if (excess > 0) out.elements_off++;
+        if (excess > worst_excess) worst_excess = excess, out.worst = i, out.worst_got = got_all[i], out.worst_ref = ref[i];
+      }
+    }
     return out;
   }
 };

@@ -75,3 +75,35 @@ TEST_CASE("reference: atomic combine is the sum of the scattered rows, weights a
   FusedProblem plain = host_problem("c=f32,fuse=scatter");
   CHECK_FALSE(plain.reference()[0] == Approx(s[0]));
 }
+
+TEST_CASE("reference: the GPU tests' comparison catches one wrong element that the norm misses", "[fusion]") {
+  FusedProblem p = host_problem("fuse=bias,act=swiglu_oai,glu=split");
+  const std::vector<double> ref = p.reference();
+  std::vector<char> raw(p.c_bytes());
+  std::vector<std::uint16_t> c(raw.size() / 2, 0xFFFF);  // poison where nothing may be written
+  double ref2 = 0;
+  long count = 0;
+  std::size_t smallest = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(ref[i])) continue;
+    c[i] = float_to_bf16((float)ref[i]);
+    ref2 += ref[i] * ref[i], ++count;
+    if (std::isnan(ref[smallest]) || std::abs(ref[i]) < std::abs(ref[smallest])) smallest = i;
+  }
+  const double rms = std::sqrt(ref2 / count);
+  std::memcpy(raw.data(), c.data(), raw.size());
+  auto good = p.compare(ref, raw, 1.0 / 64, 1e-2);
+  CHECK(good.checked == count);
+  CHECK(good.elements_off == 0);
+  CHECK(good.nan_where_written == 0);
+  CHECK(good.written_outside == 0);
+  CHECK(good.rel_err < 4e-3);
+  // One element off by 5% of the output's rms: the norm-wise error stays under the bf16 bound
+  // (1e-2), the per-element check fires.
+  c[smallest] = float_to_bf16((float)(ref[smallest] + 0.05 * rms));
+  std::memcpy(raw.data(), c.data(), raw.size());
+  auto bad = p.compare(ref, raw, 1.0 / 64, 1e-2);
+  CHECK(bad.elements_off == 1);
+  CHECK(bad.worst == smallest);
+  CHECK(bad.rel_err < 1e-2);
+}
