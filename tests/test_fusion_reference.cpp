@@ -107,3 +107,42 @@ TEST_CASE("reference: the GPU tests' comparison catches one wrong element that t
   CHECK(bad.worst == smallest);
   CHECK(bad.rel_err < 1e-2);
 }
+
+TEST_CASE("reference: padding rows of padded groups are computed from token 0 and scattered nowhere", "[fusion]") {
+  for (const char* text : {"fuse=gather+scatter+weight", "fuse=gather+bias,act=silu", "c=f32,fuse=scatter+weight+atomic"}) {
+    std::mt19937 rng(5);
+    FusedProblem p;
+    p.spec = KernelSpec::parse(text);
+    p.tokens = 9, p.top_k = 2, p.groups = 3, p.n = 16, p.k = 8;
+    p.route(random_routing(p.tokens, p.top_k, p.groups, {}, rng), rng, 8);
+    p.fill_host(rng);
+    INFO(text);
+    long padding = 0;
+    for (int g = 0; g < p.groups; ++g) {
+      CHECK(p.rows_of[g] % 8 == 0);
+      for (int i = 0; i < p.rows_of[g]; ++i) {
+        const int r = p.row_begin(g) + i;
+        if (p.token_of[r] >= 0) continue;
+        ++padding;
+        CHECK(p.gather_rows[r] == 0);
+        CHECK(p.scatter_rows[r] == -1);
+        CHECK(p.weights[r] == 0.f);
+      }
+    }
+    long group_rows = 0;
+    for (int g = 0; g < p.groups; ++g) group_rows += p.rows_of[g];
+    CHECK(padding == group_rows - (long)p.tokens * p.top_k);
+    CHECK(padding > 0);  // 18 routed rows in 3 groups of multiples of 8
+    auto ref = p.reference();
+    const int no = p.n_out();
+    if (p.spec.fusion.scatter_c) {
+      // Every destination row written exactly by its routed row; the extra rows by nobody.
+      for (int row = 0; row < p.out_rows; ++row)
+        CHECK(std::isnan(ref[(std::size_t)row * no]) == (row >= p.out_rows - FusedProblem::kExtraOutRows));
+    } else {
+      // Without scatter, padding rows are rows of C like any other: written.
+      for (int g = 0; g < p.groups; ++g)
+        for (int i = 0; i < p.rows_of[g]; ++i) CHECK_FALSE(std::isnan(ref[(std::size_t)(p.row_begin(g) + i) * no]));
+    }
+  }
+}

@@ -43,7 +43,7 @@ struct FusionCase {
   const char* fuse;
   const char* act;
   const char* glu;  // "" : default
-  bool f32_out;     // atomic combine needs fp32 C
+  bool f32_out;     // fp32 C (atomic combine needs it)
 };
 // Each flag alone, each activation, both GLU layouts, the two GEMMs of an MoE layer, atomic combine.
 const FusionCase kCases[] = {
@@ -63,6 +63,7 @@ const FusionCase kCases[] = {
     {"gather+scatter+weight+bias", "gelu", "", false},
     {"scatter+weight+atomic", "none", "", true},  // GEMM2, atomic combine into [tokens, N]
     {"gather+scatter+weight+atomic", "swiglu", "split", true},
+    {"weight+bias", "swiglu_oai", "interleaved", true},  // fp32 C without atomics: staged / direct f32 stores at n/2
 };
 
 // The tiles of each family that exercise different epilogue paths (hopper: staged C with one
@@ -167,6 +168,20 @@ TEST_CASE("fusion: random top-k routing, an expert with 0 rows", "[gpu][fusion]"
     auto routing = random_routing(301, 4, 8, {3, 6}, rng);
     auto p = make(spec, 301, 4, 8, 320, 136, routing, rng);
     run_and_check(p, "random top-4");
+  }
+}
+
+TEST_CASE("fusion: groups padded like the routing helper's (padding: token 0, weight 0, scatter row -1)", "[gpu][fusion]") {
+  std::mt19937 rng(31);
+  for (auto& spec : fused_specs()) {
+    if (spec.layout != GroupLayout::contiguous) continue;  // masked slabs have no padding inside the counts
+    auto routing = random_routing(301, 4, 8, {3, 6}, rng);
+    FusedProblem p;
+    p.spec = spec;
+    p.tokens = 301, p.top_k = 4, p.groups = 8, p.n = 320, p.k = 136;
+    p.route(routing, rng, 64);
+    p.fill(rng);
+    run_and_check(p, "padded groups");
   }
 }
 
