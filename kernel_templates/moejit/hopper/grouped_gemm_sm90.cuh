@@ -269,6 +269,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
+      // fuse=gather: no lane exits with copies (and their barrier arrivals) still in flight; the
+      // PTX ISA does not say what happens to them, and CUTLASS's cp.async producers also wait
+      // (producer_tail) before they exit. Free: nothing is left for the producer to do.
+      if constexpr (Fuse::gather) cp_async_wait_all_sm90();
     }
   } else {
     // ---------------- consumers ----------------
