@@ -74,11 +74,17 @@ struct FusedProblem {
   std::size_t c_bytes() const { return (std::size_t)out_rows * n_out() * element_bytes(spec.c); }
   int row_begin(int g) const { return spec.layout == GroupLayout::contiguous ? offsets[g] : g * capacity; }
 
-  // experts_of[t]: the top_k experts of token t (distinct).
-  void route(const std::vector<std::vector<int>>& experts_of, std::mt19937& rng) {
+  // experts_of[t]: the top_k experts of token t (distinct). row_alignment > 1 (contiguous layout):
+  // each group is padded to a multiple of it as the routing helper pads them (docs/design.md,
+  // "Routing"): padding rows are inside the group, read token 0, weigh 0 and have scatter row -1,
+  // so the fused GEMMs compute them and write nothing with fuse=scatter (their row otherwise).
+  void route(const std::vector<std::vector<int>>& experts_of, std::mt19937& rng, int row_alignment = 1) {
     rows_of.assign(groups, 0);
     for (auto& e : experts_of)
       for (int g : e) rows_of[g]++;
+    std::vector<int> routed = rows_of;
+    if (spec.layout == GroupLayout::contiguous && row_alignment > 1)
+      for (int& r : rows_of) r = (r + row_alignment - 1) / row_alignment * row_alignment;
     const int lead = 3, tail = 5;
     if (spec.layout == GroupLayout::contiguous) {
       offsets.assign(1, lead);
@@ -110,6 +116,11 @@ struct FusedProblem {
       scatter_rows[r] = combine ? token_of[r] : token_of[r] * top_k + slot_of[r];
       weights[r] = w(rng);
     }
+    for (int g = 0; g < groups; ++g)
+      for (int i = routed[g]; i < rows_of[g]; ++i) {
+        const int r = row_begin(g) + i;
+        gather_rows[r] = 0, scatter_rows[r] = -1, weights[r] = 0.f;
+      }
   }
 
   void fill(std::mt19937& rng) {
@@ -213,7 +224,7 @@ struct FusedProblem {
       std::vector<double> gemm(n);
       for (int i = 0; i < rows_of[g]; ++i) {
         const int r = row_begin(g) + i;
-        const int a_row = f.gather_a ? token_of[r] : r;
+        const int a_row = f.gather_a ? gather_rows[r] : r;
         const float* arow = &af[(std::size_t)a_row * k];
         for (int j = 0; j < n; ++j) {
           const float* brow = &bf[((std::size_t)g * n + j) * k];
@@ -237,6 +248,7 @@ struct FusedProblem {
     for (int g = 0; g < groups; ++g)
       for (auto& [r, out] : per_group[g]) {
         const int dest = f.scatter_c ? scatter_rows[r] : r;
+        if (dest < 0) continue;  // padding row with fuse=scatter: written nowhere
         for (int j = 0; j < no; ++j) {
           double& x = ref[(std::size_t)dest * no + j];
           x = f.atomic ? x + out[j] : out[j];
@@ -250,14 +262,25 @@ struct FusedProblem {
     long nan_where_written = 0;  // NaN (or leftover poison) where a result belongs
     long written_outside = 0;    // elements no row may write that changed
     long checked = 0;
+    // Elements farther from the reference than elem_rel |ref| + elem_abs rms(ref): a wrong
+    // element, row or column that the norm-wise rel_err would average away.
+    long elements_off = 0;
+    std::size_t worst = 0;  // index of the element farthest outside its tolerance
+    double worst_got = 0, worst_ref = 0;
   };
 
-  Check check() const {
-    std::vector<double> ref = reference();
+  // elem_rel, elem_abs: per-element tolerance (see Check::elements_off); 0 skips that check.
+  Check check(double elem_rel = 0, double elem_abs = 0) const {
     std::vector<char> raw(c_bytes());
     d_c.download(raw.data(), raw.size());
+    return compare(reference(), raw, elem_rel, elem_abs);
+  }
+
+  // C's bytes (raw, as downloaded) against the reference; no GPU needed.
+  Check compare(const std::vector<double>& ref, const std::vector<char>& raw, double elem_rel = 0, double elem_abs = 0) const {
     Check out;
     double err2 = 0, ref2 = 0;
+    std::vector<double> got_all(ref.size(), std::nan(""));
     for (std::size_t i = 0; i < ref.size(); ++i) {
       double got;
       bool untouched;
@@ -282,9 +305,20 @@ struct FusedProblem {
         err2 += (got - ref[i]) * (got - ref[i]);
         ref2 += ref[i] * ref[i];
         out.checked++;
+        got_all[i] = got;
       }
     }
     out.rel_err = ref2 > 0 ? std::sqrt(err2 / ref2) : 0;
+    if (elem_rel > 0 || elem_abs > 0) {
+      const double rms = out.checked ? std::sqrt(ref2 / (double)out.checked) : 0;
+      double worst_excess = -1;
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        if (std::isnan(ref[i]) || std::isnan(got_all[i])) continue;
+        const double excess = std::abs(got_all[i] - ref[i]) - (elem_rel * std::abs(ref[i]) + elem_abs * rms);
+        if (excess > 0) out.elements_off++;
+        if (excess > worst_excess) worst_excess = excess, out.worst = i, out.worst_got = got_all[i], out.worst_ref = ref[i];
+      }
+    }
     return out;
   }
 };

@@ -5,6 +5,7 @@
 #pragma once
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
+#include "moejit/common/fusion_index.cuh"
 
 namespace moejit {
 
@@ -68,9 +69,11 @@ __device__ __forceinline__ float activate(float x) {
 template <int kAct>
 __device__ __forceinline__ float activate_glu(float gate, float up) {
   if constexpr (kAct == kActSwigluOai) {
-    // gpt-oss: gate clamped to max 7, up to [-7, 7]; gate * sigmoid(1.702 gate) * (up + 1)
-    const float g = gate < 7.f ? gate : 7.f;
-    const float u = up < -7.f ? -7.f : (up < 7.f ? up : 7.f);
+    // gpt-oss: gate clamped to max 7, up to [-7, 7]; gate * sigmoid(1.702 gate) * (up + 1).
+    // Compared so that NaN stays NaN, as with torch.clamp and the CPU reference (a NaN gate or up
+    // must not come out as the clamp bound).
+    const float g = gate > 7.f ? 7.f : gate;
+    const float u = up > 7.f ? 7.f : (up < -7.f ? -7.f : up);
     return g * sigmoid(1.702f * g) * (u + 1.f);
   } else {
     return gate * sigmoid(gate) * up;  // swiglu: silu(gate) * up

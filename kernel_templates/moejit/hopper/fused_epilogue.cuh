@@ -29,11 +29,11 @@ __device__ __forceinline__ void load_b_tile(unsigned dst, const TmaDescriptor& m
     tma_load_2d(dst, map, bar, k, group * n + n_block * kBlockN);
   } else {
     constexpr int kHalf = kWgN / 2;
-    const int out0 = n_block * (kBlockN / 2);
 #pragma unroll
     for (int s = 0; s < kBlockN / kWgN; ++s) {
-      tma_load_2d(dst + s * kWgN * 128, map, bar, k, group * n + out0 + s * kHalf);
-      tma_load_2d(dst + s * kWgN * 128 + kHalf * 128, map, bar, k, group * n + n / 2 + out0 + s * kHalf);
+      tma_load_2d(dst + s * kWgN * 128, map, bar, k, group * n + split_glu_box_row(n, n_block, kBlockN, kWgN, s, 0));
+      tma_load_2d(dst + s * kWgN * 128 + kHalf * 128, map, bar, k,
+                  group * n + split_glu_box_row(n, n_block, kBlockN, kWgN, s, 1));
     }
   }
 }
@@ -54,9 +54,9 @@ __device__ __forceinline__ void init_acc_with_bias(float (&acc)[kWgN / 2], const
       int col;
       bool in;
       if constexpr (kSplit) {
-        const int out = col0 / 2 + tile_col0 / 2 + (cl < kWgN / 2 ? cl : cl - kWgN / 2);
-        in = out < n / 2;
-        col = cl < kWgN / 2 ? out : n / 2 + out;
+        const int out0 = col0 / 2 + tile_col0 / 2;  // split_glu_out0 of this slice
+        in = out0 + cl % (kWgN / 2) < n / 2;
+        col = split_glu_slice_column(n, out0, kWgN, cl);
       } else {
         col = col0 + tile_col0 + cl;
         in = col < n;
@@ -162,7 +162,6 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
   constexpr int kOutW = Fuse::glu ? kWgN / 2 : kWgN;  // output columns of the slice
   const int n = p.n;
   const int n_out = Fuse::glu ? n / 2 : n;
-  const int q = lane % 4;
   const int m_warp = m_first + warp_in_group * 16 + lane / 4;  // group-local row of h = 0
 
   float w[2] = {1.f, 1.f};
@@ -191,10 +190,10 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
         const float hi = activate_glu<Fuse::act>(acc[4 * (2 * jp + 1) + 2 * h], acc[4 * (2 * jp + 1) + 2 * h + 1]);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int src = (lane & ~3) | ((2 * q + e) & 3);
+          const int src = glu_pair_source_lane(lane, e);
           const float from_lo = __shfl_sync(0xffffffffu, lo, src);
           const float from_hi = __shfl_sync(0xffffffffu, hi, src);
-          gl[4 * jp + 2 * h + e] = (q >= 2 ? from_hi : from_lo) * w[h];
+          gl[4 * jp + 2 * h + e] = (glu_pair_from_hi(lane) ? from_hi : from_lo) * w[h];
         }
       }
     }

@@ -209,7 +209,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
             if (r < rows_valid) t = __ldg(f->gather_rows + a_row + r);
             token[i] = (unsigned)t < (unsigned)f->num_tokens ? t : -1;
           }
-          const int chunk = producer_lane % 8;
+          const int chunk = gather_chunk(producer_lane);
           const unsigned short* const a_base = static_cast<const unsigned short*>(p.a);
           for (int kb = 0; kb < num_k_blocks; ++kb) {
             const unsigned full = full_bars + 8 * stage;
@@ -228,13 +228,13 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 #pragma unroll 1
               for (int step = 0; step < 8; ++step) {
                 // Row r = 32 i + 4 step + lane / 8: its token is lane (r % 32)'s token[i].
-                const int r_in = producer_lane / 8 + 4 * step;
+                const int r_in = gather_block_row(producer_lane, step);
                 const int t = __shfl_sync(0xffffffffu, token[i], r_in);
                 const int r = 32 * i + r_in;
                 if (r < rows_valid) {
                   const bool valid = k_valid && t >= 0;
                   const unsigned short* src = valid ? a_base + (long long)t * p.k + k : a_base;
-                  cp_async_16_zfill_sm90(a_stage + r * kRowBytes + ((chunk ^ (r % 8)) * 16), src, valid);
+                  cp_async_16_zfill_sm90(a_stage + sw128_offset(r, chunk), src, valid);
                 }
               }
             }
@@ -269,6 +269,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
+      // fuse=gather: no lane exits with copies (and their barrier arrivals) still in flight; the
+      // PTX ISA does not say what happens to them, and CUTLASS's cp.async producers also wait
+      // (producer_tail) before they exit. Free: nothing is left for the producer to do.
+      if constexpr (Fuse::gather) cp_async_wait_all_sm90();
     }
   } else {
     // ---------------- consumers ----------------

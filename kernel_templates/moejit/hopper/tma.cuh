@@ -59,5 +59,7 @@ __device__ __forceinline__ void cp_async_16_zfill_sm90(unsigned dst, const void*
 __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
+// Waits until all of this thread's cp.async have landed.
+__device__ __forceinline__ void cp_async_wait_all_sm90() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 }  // namespace moejit::hopper

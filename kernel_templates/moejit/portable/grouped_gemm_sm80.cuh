@@ -97,7 +97,7 @@ struct OperandLoader {
     static_assert(kRowsPerPass % 2 == 0, "split GLU needs an even number of rows per pass");
     init(base, group_base, rows_valid, row_stride);
     const int row = (int)threadIdx.x / kChunksPerRow;
-    src = (row_mask & 1u) ? group_base + ((row & 1) * half_n + out0 + row / 2) * row_stride + k_offset : base;
+    src = (row_mask & 1u) ? group_base + (long long)split_glu_tile_row(row, out0, half_n) * row_stride + k_offset : base;
     pass_stride = (kRowsPerPass / 2) * row_stride;
   }
 
@@ -191,9 +191,8 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
       int col;
       bool in;
       if constexpr (Fuse::glu_split) {
-        const int pair = tile_col / 2 + i / 2;
-        in = pair < n / 2;
-        col = (i & 1) ? n / 2 + pair : pair;
+        in = tile_col / 2 + i / 2 < n / 2;
+        col = split_glu_tile_row(i, tile_col / 2, n / 2);
       } else {
         col = tile_col + i;
         in = col < n;
