@@ -25,8 +25,7 @@ struct WgmmaOp;
 // values a loop carries through asm operands (~100 ms of a 128x256 compile for 128 of them);
 // the wgmma instructions ptxas gets are the same. declare() must run exactly once per kernel,
 // in its entry block (PTX wants the declaration before the uses in the text); read() copies
-// them into C++ values once the last wgmma_wait has returned; write() sets them from C++ values
-// (fuse=bias: a tile starts at its bias).
+// them into C++ values once the last wgmma_wait has returned.
 template <int kRegs>
 struct WgmmaAccRegs;
 """,
@@ -120,9 +119,7 @@ def named(kind, n, half, nreg):
 def acc_regs(nreg):
     zero = named_list(nreg, "mov.b32 %%acc{i}, %0;\\n", sep="", per_line=4)
     read = named_list(nreg, "mov.b32 %{i}, %%acc{i};\\n", sep="", per_line=4)
-    write = named_list(nreg, "mov.b32 %%acc{i}, %{i};\\n", sep="", per_line=4)
     outs = ",\n          ".join(", ".join(f'"=f"(d[{i+j}])' for j in range(8)) for i in range(0, nreg, 8))
-    ins = ",\n          ".join(", ".join(f'"f"(d[{i+j}])' for j in range(8)) for i in range(0, nreg, 8))
     return f"""template <>
 struct WgmmaAccRegs<{nreg}> {{
   __device__ __forceinline__ static void declare() {{ asm volatile(".reg .f32 %%acc<%0>;" ::"n"({nreg})); }}
@@ -134,11 +131,6 @@ struct WgmmaAccRegs<{nreg}> {{
     asm volatile(
         {read}
         : {outs});
-  }}
-  __device__ __forceinline__ static void write(const float (&d)[{nreg}]) {{
-    asm volatile(
-        {write}
-        :: {ins});
   }}
 }};
 """
