@@ -111,21 +111,6 @@ void check_family(const Arch& arch, KernelFamily family, const char* mma_instruc
                  mma_instruction);
 }
 
-// The FP8 block-scaled kernel (hopper_fp8/): every tile, layout and output type it implements.
-// It cannot be launched through the Runtime yet (its scales are not in GroupedGemmArgs), so it is
-// not among family_candidates, which the GPU tests run.
-std::vector<KernelSpec> fp8_variants() {
-  std::vector<KernelSpec> out;
-  for (const char* tile : {"tile=128x128x128,stages=6", "tile=64x256x128,stages=5"})
-    for (const char* layout : {"contiguous", "masked"})
-      for (const char* c : {"bf16", "f16", "f32"}) {
-        auto s = KernelSpec::parse(fmt::format("family=hopper,a=e4m3,b=e4m3,c={},layout={},{}", c, layout, tile));
-        s.validate();
-        out.push_back(s);
-      }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("every portable variant compiles for sm_80 with HMMA and no spills", "[compile][nvrtc]") {
@@ -141,7 +126,11 @@ TEST_CASE("every hopper variant compiles for sm_90a with HGMMA and no spills", "
 }
 
 TEST_CASE("every FP8 hopper variant compiles for sm_90a with QGMMA and no spills", "[compile][nvrtc]") {
-  check_variants(fp8_variants(), "hopper FP8 for sm_90a", "QGMMA");
+  check_variants(fp8_candidates(Arch{9, 0, true}), "hopper FP8 for sm_90a", "QGMMA");
+}
+
+TEST_CASE("every 4-bit weight-only hopper variant compiles for sm_90a with HGMMA and no spills", "[compile][nvrtc][w4]") {
+  check_variants(w4_candidates(Arch{9, 0, true}), "hopper 4-bit weight-only for sm_90a", "HGMMA");
 }
 
 TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]") {
@@ -156,6 +145,21 @@ TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]
         CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
       }
   }
+}
+
+TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 256 rows per expert", "[compile]") {
+  auto candidates = fp8_candidates(Arch{9, 0, true});
+  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
+    for (int rows_per_group : {1, 16, 128, 255, 256, 512, 4096}) {
+      std::vector<int> sizes(256, rows_per_group);
+      GemmProblem p{layout, DType::e4m3, DType::bf16, 256, 4096, 7168, 256LL * rows_per_group, sizes};
+      KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
+      INFO(s.to_text());
+      CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
+      CHECK(s.tile.m == (rows_per_group < 256 ? 64 : 128));
+    }
+  GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 7168, 64, {}};
+  CHECK_THROWS_AS(choose_spec(p, Arch{8, 0, false}, 108), SpecError);  // no FP8 kernel for sm_80 yet
 }
 
 TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[compile]") {

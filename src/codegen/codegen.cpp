@@ -12,6 +12,8 @@ const char* dtype_code(DType t) {
     case DType::f16: return "moejit::kF16";
     case DType::f32: return "moejit::kF32";
     case DType::e4m3: return "moejit::kE4M3";
+    case DType::mxfp4: return "moejit::kMXFP4";
+    case DType::nvfp4: return "moejit::kNVFP4";
   }
   return "?";
 }
@@ -28,13 +30,14 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
   spec.validate();
   const char* instantiation = spec.family == KernelFamily::portable ? "portable_grouped_gemm.cu.in"
                               : spec.a == DType::e4m3              ? "hopper_fp8_grouped_gemm.cu.in"
+                              : spec.is_weight_only_4bit()         ? "hopper_w4_grouped_gemm.cu.in"
                                                                    : "hopper_grouped_gemm.cu.in";
   GeneratedSource out;
   out.file_name = fmt::format("moejit_{}.cu", spec.key().hex());
   out.source = fmt::format(
       fmt::runtime(templates.file(instantiation)), fmt::arg("spec", spec.to_text()), fmt::arg("block_m", spec.tile.m),
       fmt::arg("block_n", spec.tile.n), fmt::arg("block_k", spec.tile.k), fmt::arg("stages", spec.stages),
-      fmt::arg("warps_m", spec.warps_m), fmt::arg("warps_n", spec.warps_n), fmt::arg("type_ab", dtype_code(spec.a)),
+      fmt::arg("warps_m", spec.warps_m), fmt::arg("warps_n", spec.warps_n), fmt::arg("type_ab", dtype_code(spec.a)), fmt::arg("type_b", dtype_code(spec.b)),
       fmt::arg("type_c", dtype_code(spec.c)), fmt::arg("layout", layout_code(spec.layout)),
       fmt::arg("scheduler", scheduler_code(spec.scheduler)), fmt::arg("smem_bytes", spec.dynamic_smem_bytes()),
       fmt::arg("threads", spec.threads_per_cta()), fmt::arg("min_ctas", spec.min_ctas_per_sm()),
