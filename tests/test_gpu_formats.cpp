@@ -4,12 +4,13 @@
 // quantized operands (dequantized exactly in double), so the bound measures the kernel, not the
 // format. Output poisoned with NaN first; rows outside every group must keep the poison.
 // Bounds (||out - ref|| / ||ref||): C rounding dominates for 16-bit C (bf16 1e-2, f16 5e-3); f32 C
-// (FP8 only; the 4-bit kernel writes 16-bit C) 1e-3: Hopper's FP8 wgmma accumulates a 128-wide K
-// block with ~14 significant bits before the FP32 promotion.
+// 1e-3 (FP8: Hopper's FP8 wgmma accumulates a 128-wide K block with ~14 significant bits before
+// the FP32 promotion; the Hopper 4-bit kernel writes 16-bit C only, the portable one f32 too).
 // Run by moejit_gpu_tests, which skips visibly (exit 77) without a GPU.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -34,7 +35,7 @@ bool has_sm90a() { return runtime().arch().sm() == 90 && runtime().arch().arch_s
 double error_bound(DType c) {
   if (c == DType::bf16) return 1e-2;
   if (c == DType::f16) return 5e-3;
-  return 1e-3;  // f32 C: FP8 only
+  return 1e-3;  // f32 C: FP8 (in-block accumulation) and the portable 4-bit kernel
 }
 
 // Random values of a few binades (never all zero) with rows of different magnitude, so that
@@ -293,6 +294,21 @@ void run_spec(const KernelSpec& spec, QuantProblem& p, const std::string& what) 
 
 }  // namespace
 
+TEST_CASE("formats: compile every FP8 and 4-bit variant in parallel first", "[gpu][fp8][w4]") {
+  std::vector<KernelSpec> specs = w4_candidates(runtime().arch(), KernelFamily::portable);
+  for (auto& s : fp8_candidates(runtime().arch())) specs.push_back(s);
+  for (auto& s : w4_candidates(runtime().arch(), KernelFamily::hopper)) specs.push_back(s);
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
+    threads.emplace_back([&] {
+      for (std::size_t i; (i = next++) < specs.size();) runtime().compile(specs[i]);
+    });
+  for (auto& t : threads) t.join();
+  WARN(fmt::format("{} ({}): {} FP8 / 4-bit variants compiled", runtime().device_name(), runtime().arch().to_text(),
+                   specs.size()));
+}
+
 TEST_CASE("fp8: every variant, mixed groups (empty, 1, tile +-1), ragged N and partial K block", "[gpu][fp8]") {
   if (!has_sm90a()) return skip_without_sm90a("FP8");
   std::mt19937 rng(8101);
@@ -351,6 +367,14 @@ TEST_CASE("w4: every variant, mixed groups (empty, 1, tile +-1), ragged N and pa
     // Several tiles per CTA, gpt-oss's K = 2880 (45 stages), N = 640.
     auto q = w4_problem(spec.layout, spec.b, spec.c, {700, 0, 1, 256, 513, 64, 9, 130}, 640, 2880, rng);
     run_spec(spec, q, "multi-tile");
+  }
+}
+
+TEST_CASE("w4: every portable variant (4-bit B widened before mma.sync), mixed groups, ragged N, partial K", "[gpu][w4]") {
+  std::mt19937 rng(4104);
+  for (const KernelSpec& spec : w4_candidates(runtime().arch(), KernelFamily::portable)) {
+    auto p = w4_problem(spec.layout, spec.b, spec.c, {0, 1, spec.tile.m + 1, spec.tile.m - 1, 0, 300, 129}, 200, 416, rng);
+    run_spec(spec, p, "portable mixed");
   }
 }
 

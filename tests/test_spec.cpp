@@ -110,7 +110,7 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=1x2", {"cluster=1x2"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,stages=8", {"shared memory"});
   // Weight-only 4-bit (a = bf16, b = mxfp4 | nvfp4): the hopper_w4 register-A kernel.
-  require_rejected("b=mxfp4", {"portable family has no 4-bit kernel"});
+  require_rejected("b=mxfp4,a=f16", {"b=mxfp4 with a=f16"});
   require_rejected("family=hopper,a=f16,b=mxfp4", {"b=mxfp4 with a=f16"});
   require_rejected("family=hopper,a=e4m3,b=nvfp4", {"b=nvfp4 with a=e4m3"});
   require_rejected("family=hopper,b=mxfp4,tile=64x256x64", {"16|32|64|128 tokens"});
@@ -137,6 +137,10 @@ TEST_CASE("4-bit weight-only hopper spec: defaults, canonical text, shared memor
   CHECK(nv.dynamic_smem_bytes() == 8 * (128 * 128 + 6144) + 2048);
   CHECK(KernelSpec::parse(nv.to_text()) == nv);
   CHECK_FALSE(KernelSpec::parse("family=hopper").is_weight_only_4bit());
+  auto portable = KernelSpec::parse("family=portable,arch=sm_80,b=nvfp4,c=f32");  // the 16-bit tile defaults
+  portable.validate();
+  CHECK(portable.tile == TileShape{128, 128, 32});
+  CHECK(portable.dynamic_smem_bytes() == KernelSpec::parse("family=portable,arch=sm_80,c=f32").dynamic_smem_bytes());
 }
 
 TEST_CASE("FP8 hopper spec: defaults, canonical text, shared memory", "[spec]") {

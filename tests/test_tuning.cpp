@@ -166,7 +166,11 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, static sche
     std::vector<int> prefill(128, 512);
     GemmProblem big{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 65536, prefill, b};
     CHECK(choose_spec(big, kHopper, 132).tile.m == 128);
-    CHECK_THROWS_AS(choose_spec(big, kAmpere, 108), SpecError);  // no 4-bit kernel for sm_80 yet
+    GemmProblem f32 = big;
+    f32.c_type = DType::f32;  // the Hopper 4-bit kernel writes 16-bit C: portable on sm_90a too
+    CHECK(choose_spec(f32, kHopper, 132).family == KernelFamily::portable);
+    KernelSpec ampere = choose_spec(big, kAmpere, 108);  // the portable family widens 4-bit B
+    CHECK((ampere.family == KernelFamily::portable && ampere.b == b && ampere.a == DType::bf16));
   }
 }
 

@@ -154,7 +154,6 @@ TEST_CASE("public entry points name every bad argument (table)", "[validate]") {
       {"mxfp4 with b_scales",
        [](auto& a) { a.b_type = DType::mxfp4; a.b_scales = reinterpret_cast<const void*>(0x50000); },
        "scales are inside the packed blocks"},
-      {"4-bit B, f32 C", [](auto& a) { a.b_type = DType::nvfp4; a.c_type = DType::f32; }, "c_type=f32 with b_type=nvfp4"},
       {"masked, counts null", [](auto& a) { a.layout = GroupLayout::masked; a.capacity = 8; }, "group_counts is null"},
       {"masked, capacity 0",
        [](auto& a) { a.layout = GroupLayout::masked; a.group_counts = a.group_offsets; a.capacity = 0; }, "capacity=0"},

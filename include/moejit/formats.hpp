@@ -45,7 +45,8 @@
 //   arrays) get it from a separate pack step; these plain layouts stay the interchange form.
 //
 //   W4 SM90 (pack_w4_sm90): MXFP4 / NVFP4 weights [E][N][K] pre-arranged for the Hopper weight-only
-//   kernel (GroupedGemmArgs::b with b_type = mxfp4 | nvfp4; spec b=mxfp4|nvfp4). Blocks of 128
+//   kernel (GroupedGemmArgs::b with b_type = mxfp4 | nvfp4; spec b=mxfp4|nvfp4); the portable
+//   family reads the same layout. Blocks of 128
 //   weight rows x 64 K, ordered [E][ceil(N/128)][ceil(K/64)], each one contiguous run of
 //   block_bytes = 4096 + 1024 (MXFP4) or 4096 + 2048 (NVFP4) bytes, one bulk copy per stage:
 //     bytes [0, 4096):   [w 0..1][t 0..127][16 bytes of codes]

@@ -28,7 +28,8 @@ const char* scheduler_code(Scheduler s) {
 
 GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& templates) {
   spec.validate();
-  const char* instantiation = spec.family == KernelFamily::portable ? "portable_grouped_gemm.cu.in"
+  const char* instantiation = spec.family == KernelFamily::portable && spec.is_weight_only_4bit() ? "portable_w4_grouped_gemm.cu.in"
+                              : spec.family == KernelFamily::portable ? "portable_grouped_gemm.cu.in"
                               : spec.a == DType::e4m3              ? "hopper_fp8_grouped_gemm.cu.in"
                               : spec.is_weight_only_4bit()         ? "hopper_w4_grouped_gemm.cu.in"
                                                                    : "hopper_grouped_gemm.cu.in";

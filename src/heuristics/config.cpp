@@ -54,6 +54,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   spec.arch = arch;
   spec.layout = problem.layout;
   spec.a = spec.b = problem.ab_type;
+  if (problem.b_type) spec.b = *problem.b_type;
   spec.c = problem.c_type;
 
   // Mean rows per non-empty group decides whether 128-row tiles are mostly filled.
@@ -63,9 +64,9 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   if (problem.group_rows.empty()) active = problem.num_groups, rows = problem.total_rows;
   double mean_rows = active ? double(rows) / double(active) : 0.0;
 
-  if (problem.b_type && (*problem.b_type == DType::mxfp4 || *problem.b_type == DType::nvfp4)) {
-    // Only the Hopper 4-bit kernel exists; on other archs this spec fails validation, naming the arch.
-    spec.b = *problem.b_type;
+  if (spec.is_weight_only_4bit() && hopper_capable(arch) && spec.c != DType::f32) {
+    // Elsewhere (and for f32 C, which the Hopper 4-bit kernel does not write) the portable family
+    // widens the 4-bit weights, with the bf16 tile rules below.
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows < kW4LargeTileMinRows ? kW4Small : kW4Large);
     spec.scheduler = Scheduler::static_persistent;
@@ -80,7 +81,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.validate();
     return spec;
   }
-  if (hopper_capable(arch)) {
+  if (hopper_capable(arch) && !spec.is_weight_only_4bit()) {
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows <= 64 ? kHopperSmall : kHopperLarge);
   } else {
@@ -143,24 +144,36 @@ std::vector<KernelSpec> heuristic_candidates(const Arch& arch) {
   return family_candidates(arch, hopper_capable(arch) ? KernelFamily::hopper : KernelFamily::portable);
 }
 
-std::vector<KernelSpec> w4_candidates(const Arch& arch) {
-  if (!hopper_capable(arch)) return {};
+std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family) {
   std::vector<KernelSpec> out;
-  for (const TileChoice& t : {kW4Small, kW4Large})
-    for (DType b : {DType::mxfp4, DType::nvfp4})
-      for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
-        for (DType c : {DType::bf16, DType::f16}) {
-          KernelSpec s;
-          s.family = KernelFamily::hopper;
-          s.arch = arch;
-          s.layout = layout;
-          s.a = DType::bf16;
-          s.b = b;
-          s.c = c;
-          s = with_tile(s, t);
-          s.validate();
-          out.push_back(s);
-        }
+  if (family == KernelFamily::hopper) {
+    if (!hopper_capable(arch)) return {};
+    for (const TileChoice& t : {kW4Small, kW4Large})
+      for (DType b : {DType::mxfp4, DType::nvfp4})
+        for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
+          for (DType c : {DType::bf16, DType::f16}) {
+            KernelSpec s;
+            s.family = KernelFamily::hopper;
+            s.arch = arch;
+            s.layout = layout;
+            s.a = DType::bf16;
+            s.b = b;
+            s.c = c;
+            s = with_tile(s, t);
+            s.validate();
+            out.push_back(s);
+          }
+    return out;
+  }
+  // Portable: the 16-bit family's configs with 4-bit B (its tiles, layouts, C types, schedulers).
+  for (KernelSpec s : family_candidates(arch, KernelFamily::portable)) {
+    if (s.a != DType::bf16) continue;
+    for (DType b : {DType::mxfp4, DType::nvfp4}) {
+      s.b = b;
+      s.validate();
+      out.push_back(s);
+    }
+  }
   return out;
 }
 

@@ -30,8 +30,9 @@ namespace moejit {
 std::vector<KernelSpec> heuristic_candidates(const Arch& arch);
 // Every FP8 (a = b = e4m3) spec choose_spec can return on `arch`: each tile × layout × C type.
 std::vector<KernelSpec> fp8_candidates(const Arch& arch);
-// Every weight-only 4-bit (a = bf16, b = mxfp4 | nvfp4) spec choose_spec can return on `arch`.
-std::vector<KernelSpec> w4_candidates(const Arch& arch);
+// Every weight-only 4-bit (a = bf16, b = mxfp4 | nvfp4) spec of `family` on `arch` (hopper: what
+// choose_spec returns on sm_90a; portable: what it returns elsewhere, also runnable on sm_90a).
+std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family = KernelFamily::hopper);
 // The configs of one family crossed with every layout, dtype and scheduler; empty if the
 // family cannot run on `arch`. Tests run the portable family on Hopper too.
 std::vector<KernelSpec> family_candidates(const Arch& arch, KernelFamily family);

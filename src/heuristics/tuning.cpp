@@ -136,7 +136,7 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
   };
   if (chosen.a == DType::e4m3)
     for (auto& t : kFp8Tiles) add(t);
-  else if (chosen.is_weight_only_4bit())
+  else if (chosen.is_weight_only_4bit() && chosen.family == KernelFamily::hopper)
     for (auto& t : kW4Tiles) add(t);
   else if (chosen.family == KernelFamily::hopper)
     for (auto& t : kHopperTiles) add(t);

@@ -46,7 +46,6 @@ void validate_args(const GroupedGemmArgs& a) {
       bad("b_type={} with ab_type={} (expected b_type equal to ab_type, or mxfp4|nvfp4 with ab_type=bf16)", to_text(b),
           to_text(a.ab_type));
     if (a.ab_type != DType::bf16) bad("ab_type={} with b_type={} (4-bit weights take bf16 activations)", to_text(a.ab_type), to_text(b));
-    if (a.c_type == DType::f32) bad("c_type=f32 with b_type={} (the 4-bit kernel writes bf16 or f16)", to_text(b));
     const int block = b == DType::mxfp4 ? 32 : 16;
     if (a.k % block) bad("k={} (b_type={}: expected a multiple of {}, its scale block)", a.k, to_text(b), block);
     if (b == DType::nvfp4) check_pointer(a.b_tensor_scales, "b_tensor_scales (b_type=nvfp4: fp32 [num_groups])", 4);

@@ -278,7 +278,6 @@ void KernelSpec::validate() const {
 
   if (family == KernelFamily::portable) {
     if (a == DType::e4m3) fail("a=e4m3 (the portable family has no FP8 kernel yet; use family=hopper)");
-    if (is_weight_only_4bit()) fail("b={} (the portable family has no 4-bit kernel yet; use family=hopper)", moejit::to_text(b));
     if (arch.sm() < 80) fail("arch={} (portable family needs sm_80 or newer)", arch.to_text());
     // Each factor is bounded before the product, which could otherwise overflow int.
     if (warps_m < 1 || warps_n < 1 || warps_m > 16 || warps_n > 16 || warps_m * warps_n > 16)

@@ -12,6 +12,7 @@
 #include "moejit/common/scheduler.cuh"
 #include "moejit/portable/cp_async.cuh"
 #include "moejit/portable/mma_sync.cuh"
+#include "moejit/portable/w4_widen.cuh"
 
 namespace moejit::portable {
 
@@ -88,11 +89,28 @@ struct OperandLoader {
   }
 };
 
+template <bool kFirst, typename First, typename Second> struct Select { using type = First; };
+template <typename First, typename Second> struct Select<false, First, Second> { using type = Second; };
+
 }  // namespace detail
+
+// kTypeB: kTypeAB, or kMXFP4 / kNVFP4 with kTypeAB = kBF16 (weight-only 4-bit: B is widened to
+// BF16 into the same shared-memory stages by detail::W4WidenLoader, grouped_gemm_sm80_w4.cuh).
+template <int kBlockM, int kBlockN, int kBlockK, int kStages, int kWarpsM, int kWarpsN, int kTypeAB, int kTypeC,
+          int kLayout, int kScheduler, int kTypeB>
+__device__ __forceinline__ void grouped_gemm_impl(const GroupedGemmParams& p);
 
 template <int kBlockM, int kBlockN, int kBlockK, int kStages, int kWarpsM, int kWarpsN, int kTypeAB, int kTypeC,
           int kLayout, int kScheduler>
 __device__ void grouped_gemm(const GroupedGemmParams& p) {
+  grouped_gemm_impl<kBlockM, kBlockN, kBlockK, kStages, kWarpsM, kWarpsN, kTypeAB, kTypeC, kLayout, kScheduler, kTypeAB>(p);
+}
+
+template <int kBlockM, int kBlockN, int kBlockK, int kStages, int kWarpsM, int kWarpsN, int kTypeAB, int kTypeC,
+          int kLayout, int kScheduler, int kTypeB>
+__device__ __forceinline__ void grouped_gemm_impl(const GroupedGemmParams& p) {
+  constexpr bool kW4 = kTypeB == kMXFP4 || kTypeB == kNVFP4;
+  static_assert(kTypeB == kTypeAB || (kW4 && kTypeAB == kBF16), "B: A's type, or 4-bit weights with bf16 A");
   constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   constexpr int kWarpTileM = kBlockM / kWarpsM;
   constexpr int kWarpTileN = kBlockN / kWarpsN;
@@ -163,9 +181,11 @@ __device__ void grouped_gemm(const GroupedGemmParams& p) {
     const int cols_valid = p.n - tile_col;
 
     detail::OperandLoader<kBlockM, kBlockK, kThreads> load_a;
-    detail::OperandLoader<kBlockN, kBlockK, kThreads> load_b;
+    typename detail::Select<kW4, detail::W4WidenLoader<kBlockN, kBlockK, kThreads, kTypeB, kPitch>,
+                            detail::OperandLoader<kBlockN, kBlockK, kThreads>>::type load_b;
     load_a.init(a_base, a_base + (coord.row_begin + tile_row) * k, rows_valid, k);
-    load_b.init(b_base, b_base + ((long long)coord.group * n + tile_col) * k, cols_valid, k);
+    if constexpr (kW4) load_b.init(p.b, coord.group, tile_col, cols_valid, p.n, p.k);
+    else load_b.init(b_base, b_base + ((long long)coord.group * n + tile_col) * k, cols_valid, k);
 
     float acc[kMmaM][kMmaN][4];
 #pragma unroll
@@ -230,6 +250,16 @@ __device__ void grouped_gemm(const GroupedGemmParams& p) {
     // row-contiguous global stores, masked to the group's rows and to N.
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (kTypeB == kNVFP4) {
+      // NVFP4's per-expert fp32 scale, once on the accumulator (code x block scale was exact).
+      const float tensor_scale = __ldg(p.scale_b_tensor + coord.group);
+#pragma unroll
+      for (int mi = 0; mi < kMmaM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kMmaN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mi][ni][e] *= tensor_scale;
+    }
     OutT* staging = reinterpret_cast<OutT*>(smem);
 #pragma unroll
     for (int mi = 0; mi < kMmaM; ++mi) {

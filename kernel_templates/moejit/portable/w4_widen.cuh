@@ -1,0 +1,96 @@
+// Weight-only 4-bit B for the portable family: the pre-arranged MXFP4 / NVFP4 blocks of
+// pack_w4_sm90 (include/moejit/formats.hpp, "W4 SM90"; one layout for both families) widened to
+// BF16 by the CUDA cores into the same shared-memory stage the 16-bit kernel's cp.async fills, so
+// the ldmatrix + mma.sync mainloop is unchanged. Correctness first (the reference path on any
+// GPU): the loads are synchronous byte loads, not overlapped with the MMAs like cp.async.
+#pragma once
+#include "moejit/common/types.cuh"
+#include "moejit/hopper_w4/e2m1.cuh"  // integer-only E2M1 / E8M0 bit placement (no sm_90 instruction)
+
+namespace moejit::portable {
+
+// bf16x2 product on sm_80 (mul.bf16x2 needs sm_90): fma with -0 as the addend; exact wherever the
+// product is (E2M1 x scale always is).
+__device__ __forceinline__ unsigned bf16x2_mul_sm80(unsigned a, unsigned b) {
+  unsigned d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+
+// E4M3 block scale (positive) -> BF16 pair: magnitude bits at BF16 bits 10..4 read as value x
+// 2^-120 (see hopper::e4m3_to_bf16x2), then one exact multiply by 2^120. NaN stays NaN.
+__device__ __forceinline__ unsigned e4m3_to_bf16x2_sm80(unsigned s) {
+  if ((s & 0x7Fu) == 0x7Fu) return 0x7FC07FC0u;
+  const unsigned bits = (s & 0x7Fu) << 4;
+  return bf16x2_mul_sm80(bits | (bits << 16), 0x7B807B80u);
+}
+
+namespace detail {
+
+// The per-thread part of widening one k-block of a kRows x kBlockK tile of 4-bit B: the same
+// chunk-to-thread mapping as OperandLoader (16 bytes of BF16 = 8 K of one row per chunk), so the
+// stage layout is the 16-bit kernel's. kPitch: row pitch of a stage in 16-bit elements.
+template <int kRows, int kBlockK, int kThreads, int kFormat, int kPitch>
+struct W4WidenLoader {
+  static constexpr int kChunksPerRow = kBlockK / 8;
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  static constexpr int kBlockBytes = kFormat == kNVFP4 ? 6144 : 5120;  // 128 rows x 64 K
+  static constexpr int kScaleBytes = kFormat == kNVFP4 ? 8 : 4;        // per fragment thread
+  static_assert(kThreads % kChunksPerRow == 0, "a pass of the CTA must cover whole rows");
+  static_assert(kBlockK % 16 == 0 && 64 % kBlockK == 0, "k-blocks must tile the 64-wide packed blocks");
+
+  const unsigned char* group_blocks;  // this expert's first packed block
+  int k_blocks64;                     // packed blocks per 128 rows
+  int row;                            // this thread's row of pass 0, inside the tile
+  int tile_col;                       // first weight row (N index) of the tile
+  int rows_valid;
+  int k_offset;
+  unsigned dst;
+
+  __device__ __forceinline__ void init(const void* packed, int group, int first_row, int rows_present, int n, int k) {
+    row = (int)threadIdx.x / kChunksPerRow;
+    k_offset = ((int)threadIdx.x % kChunksPerRow) * 8;
+    k_blocks64 = (k + 63) / 64;
+    const long long n_blocks = (n + 127) / 128;
+    group_blocks = static_cast<const unsigned char*>(packed) + group * n_blocks * k_blocks64 * kBlockBytes;
+    tile_col = first_row;
+    rows_valid = rows_present;
+    dst = (unsigned)(row * kPitch + k_offset) * 2u;
+  }
+
+  __device__ __forceinline__ void load(unsigned stage_address, int k_begin, int k) const {
+    const int kabs = k_begin + k_offset;  // K is a multiple of the scale block: a chunk is all in or all out
+    const int kin = kabs % 64, kk = kin / 16, half = (kin % 16) / 8;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int local = row + i * kRowsPerPass;
+      if (kRows % kRowsPerPass != 0 && local >= kRows) continue;
+      unsigned out[4] = {0u, 0u, 0u, 0u};
+      if (kabs < k && local < rows_valid) {
+        // Fragment position of (weight row r, K kabs .. kabs + 7) in the packed block: see formats.hpp.
+        const int r = tile_col + local, rr = r % 128;
+        const int w = rr / 64, warp = (rr % 64) / 16, h = (rr % 16) / 8, q = rr % 8;
+        const unsigned char* block =
+            group_blocks + (static_cast<long long>(r / 128) * k_blocks64 + kabs / 64) * kBlockBytes;
+        const int thread0 = w * 128 + warp * 32 + q * 4;  // fragment thread of c = 0
+        const unsigned scale_byte =
+            __ldg(block + 4096 + thread0 * kScaleBytes + h + 2 * (kFormat == kNVFP4 ? kk : kin / 32));
+        const unsigned scale = kFormat == kNVFP4 ? e4m3_to_bf16x2_sm80(scale_byte) : hopper::e8m0_to_bf16x2(scale_byte);
+        const unsigned char* codes = block + thread0 * 16 + kk * 4 + h + 2 * half;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {  // K pair kabs + 2c, + 1 lives in fragment thread c
+          const unsigned bits = hopper::e2m1x2_bits_as_bf16x2<0>(__ldg(codes + c * 16));
+          out[c] = bf16x2_mul_sm80(bf16x2_mul_sm80(bits, 0x7E807E80u), scale);  // x 2^126, x scale
+        }
+      }
+      const unsigned address = stage_address + dst + (unsigned)(i * kRowsPerPass * kPitch * 2);
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(address), "r"(out[0]), "r"(out[1]), "r"(out[2]),
+                   "r"(out[3])
+                   : "memory");
+    }
+  }
+};
+
+}  // namespace detail
+}  // namespace moejit::portable
