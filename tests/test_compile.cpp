@@ -151,6 +151,17 @@ TEST_CASE("4-bit weight-only portable variants compile for sm_80 with HMMA and n
   check_variants(some, "portable 4-bit weight-only for sm_80", "HMMA");
 }
 
+TEST_CASE("FP8 portable variants compile for sm_80 with HMMA and no spills", "[compile][nvrtc][fp8]") {
+  // Representative (NVRTC time): both tiles, contiguous bf16 static and masked f32 dynamic.
+  std::vector<KernelSpec> some;
+  for (const KernelSpec& s : fp8_candidates(Arch{8, 0, false}, KernelFamily::portable))
+    if ((s.layout == GroupLayout::contiguous && s.c == DType::bf16 && s.scheduler == Scheduler::static_persistent) ||
+        (s.layout == GroupLayout::masked && s.c == DType::f32 && s.scheduler == Scheduler::dynamic))
+      some.push_back(s);
+  CHECK(some.size() == 4);
+  check_variants(some, "portable FP8 for sm_80", "HMMA");
+}
+
 TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]") {
   for (Arch arch : {Arch{8, 0, false}, Arch{8, 9, false}, Arch{9, 0, true}}) {
     auto candidates = heuristic_candidates(arch);
@@ -177,7 +188,9 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 256 rows per 
       CHECK(s.tile.m == (rows_per_group < 256 ? 64 : 128));
     }
   GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 7168, 64, {}};
-  CHECK_THROWS_AS(choose_spec(p, Arch{8, 0, false}, 108), SpecError);  // no FP8 kernel for sm_80 yet
+  KernelSpec ampere = choose_spec(p, Arch{8, 0, false}, 108);  // the portable family widens FP8
+  CHECK((ampere.family == KernelFamily::portable && ampere.a == DType::e4m3 && ampere.b == DType::e4m3));
+  CHECK(ampere.min_ctas_per_sm() == 1);  // the second accumulator needs the registers
 }
 
 TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[compile]") {

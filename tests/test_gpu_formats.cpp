@@ -296,6 +296,7 @@ void run_spec(const KernelSpec& spec, QuantProblem& p, const std::string& what) 
 
 TEST_CASE("formats: compile every FP8 and 4-bit variant in parallel first", "[gpu][fp8][w4]") {
   std::vector<KernelSpec> specs = w4_candidates(runtime().arch(), KernelFamily::portable);
+  for (auto& s : fp8_candidates(runtime().arch(), KernelFamily::portable)) specs.push_back(s);
   for (auto& s : fp8_candidates(runtime().arch())) specs.push_back(s);
   for (auto& s : w4_candidates(runtime().arch(), KernelFamily::hopper)) specs.push_back(s);
   std::atomic<std::size_t> next{0};
@@ -319,6 +320,15 @@ TEST_CASE("fp8: every variant, mixed groups (empty, 1, tile +-1), ragged N and p
     // Several tiles per CTA, K = 1024 (8 promotions).
     auto q = fp8_problem(spec.layout, spec.c, {700, 0, 1, 256, 513, 64, 900, 130}, 384, 1024, rng);
     run_spec(spec, q, "multi-tile");
+  }
+}
+
+TEST_CASE("fp8: every portable variant (E4M3 widened to BF16, promotion per 128 K)", "[gpu][fp8]") {
+  std::mt19937 rng(8104);
+  for (const KernelSpec& spec : fp8_candidates(runtime().arch(), KernelFamily::portable)) {
+    // K = 400: the last 128-wide scale block is partial (and not a whole number of k-blocks).
+    auto p = fp8_problem(spec.layout, spec.c, {0, 1, spec.tile.m + 1, spec.tile.m - 1, 0, 300, 129}, 200, 400, rng);
+    run_spec(spec, p, "portable mixed");
   }
 }
 

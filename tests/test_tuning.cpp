@@ -157,6 +157,9 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, static sche
   auto specs = tuning_candidates(fp8, kHopper, 132);
   CHECK(specs.size() == 2);
   for (auto& s : specs) CHECK((s.a == DType::e4m3 && s.tile.k == 128 && s.scheduler == Scheduler::static_persistent));
+  auto portable = tuning_candidates(fp8, kAmpere, 108);  // the portable family's tiles and schedulers
+  CHECK(portable.size() >= 4);
+  for (auto& s : portable) CHECK((s.a == DType::e4m3 && s.family == KernelFamily::portable && s.tile.n <= 128));
   for (DType b : {DType::mxfp4, DType::nvfp4}) {
     GemmProblem w4{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 512, group_rows, b};
     auto w4_specs = tuning_candidates(w4, kHopper, 132);

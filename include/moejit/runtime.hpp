@@ -25,7 +25,7 @@ using Stream = CUstream_st*;
 // All pointers are device pointers, 16-byte aligned; K and N multiples of 8.
 //
 // Quantized operands (layouts: include/moejit/formats.hpp):
-//   ab_type = e4m3 (FP8, DeepSeek-V3 block scales; family=hopper): A and B hold E4M3 bytes, K a
+//   ab_type = e4m3 (FP8, DeepSeek-V3 block scales; hopper, portable elsewhere): A and B hold E4M3 bytes, K a
 //     multiple of 16; a_scales fp32 [ceil(K/128)][rows of A] (K-block-major; rows of A =
 //     total_rows, or num_groups × capacity when masked), b_scales fp32
 //     [num_groups][ceil(N/128)][ceil(K/128)]. C[r, n] = Σ_kb a_scales[kb][r] · b_scales[g][n/128][kb]

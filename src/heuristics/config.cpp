@@ -73,8 +73,8 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.validate();
     return spec;
   }
-  if (problem.ab_type == DType::e4m3) {
-    // Only the Hopper FP8 kernel exists; on other archs this spec fails validation, naming the arch.
+  if (problem.ab_type == DType::e4m3 && hopper_capable(arch)) {
+    // Elsewhere the portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows < kFp8LargeTileMinRows ? kFp8Small : kFp8Large);
     spec.scheduler = Scheduler::static_persistent;
@@ -177,9 +177,18 @@ std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family) {
   return out;
 }
 
-std::vector<KernelSpec> fp8_candidates(const Arch& arch) {
-  if (!hopper_capable(arch)) return {};
+std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
   std::vector<KernelSpec> out;
+  if (family == KernelFamily::portable) {
+    for (KernelSpec s : family_candidates(arch, KernelFamily::portable)) {
+      if (s.a != DType::bf16) continue;
+      s.a = s.b = DType::e4m3;
+      s.validate();
+      out.push_back(s);
+    }
+    return out;
+  }
+  if (!hopper_capable(arch)) return {};
   for (const TileChoice& t : {kFp8Small, kFp8Large})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (DType c : {DType::bf16, DType::f16, DType::f32}) {

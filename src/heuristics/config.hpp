@@ -28,8 +28,9 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
 namespace moejit {
 // Every spec choose_spec can return on `arch` (CI compiles each of them with NVRTC).
 std::vector<KernelSpec> heuristic_candidates(const Arch& arch);
-// Every FP8 (a = b = e4m3) spec choose_spec can return on `arch`: each tile × layout × C type.
-std::vector<KernelSpec> fp8_candidates(const Arch& arch);
+// Every FP8 (a = b = e4m3) spec of `family` on `arch` (hopper: what choose_spec returns on sm_90a,
+// each tile × layout × C type; portable: what it returns elsewhere, also runnable on sm_90a).
+std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family = KernelFamily::hopper);
 // Every weight-only 4-bit (a = bf16, b = mxfp4 | nvfp4) spec of `family` on `arch` (hopper: what
 // choose_spec returns on sm_90a; portable: what it returns elsewhere, also runnable on sm_90a).
 std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family = KernelFamily::hopper);

@@ -134,7 +134,7 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
       if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
     }
   };
-  if (chosen.a == DType::e4m3)
+  if (chosen.a == DType::e4m3 && chosen.family == KernelFamily::hopper)
     for (auto& t : kFp8Tiles) add(t);
   else if (chosen.is_weight_only_4bit() && chosen.family == KernelFamily::hopper)
     for (auto& t : kW4Tiles) add(t);

@@ -255,7 +255,9 @@ int KernelSpec::dynamic_smem_bytes() const {
 int KernelSpec::min_ctas_per_sm() const {
   // Measured on the H100 (docs/perf.md): 128x128 tiles with 8 warps run 10-30% faster with
   // two CTAs per SM (registers capped at 128, no spills at BK=32 with 16-bit C; fp32 C spills).
-  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32 && c != DType::f32) return 2;
+  // FP8 keeps a second accumulator (the promoted sum): one CTA per SM, no spills.
+  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32 && c != DType::f32 && a != DType::e4m3)
+    return 2;
   return 1;
 }
 
@@ -277,7 +279,9 @@ void KernelSpec::validate() const {
   }
 
   if (family == KernelFamily::portable) {
-    if (a == DType::e4m3) fail("a=e4m3 (the portable family has no FP8 kernel yet; use family=hopper)");
+    if (a == DType::e4m3 && (tile.n > 128 || 128 % tile.k != 0))
+      fail("tile {}x{}x{} (portable FP8: N at most 128, one B scale per tile; K dividing the 128-wide scale block)",
+           tile.m, tile.n, tile.k);
     if (arch.sm() < 80) fail("arch={} (portable family needs sm_80 or newer)", arch.to_text());
     // Each factor is bounded before the product, which could otherwise overflow int.
     if (warps_m < 1 || warps_n < 1 || warps_m > 16 || warps_n > 16 || warps_m * warps_n > 16)

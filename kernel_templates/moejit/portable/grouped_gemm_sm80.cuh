@@ -110,7 +110,13 @@ template <int kBlockM, int kBlockN, int kBlockK, int kStages, int kWarpsM, int k
           int kLayout, int kScheduler, int kTypeB>
 __device__ __forceinline__ void grouped_gemm_impl(const GroupedGemmParams& p) {
   constexpr bool kW4 = kTypeB == kMXFP4 || kTypeB == kNVFP4;
+  // FP8 (a = b = e4m3, DeepSeek-V3 block scales): both operands widened exactly to BF16, one
+  // partial sum per 128-wide K block promoted into `total` with sa[kb][row] * sb[g][n/128][kb],
+  // as the Hopper FP8 kernel does (params.cuh: scale_a, scale_b).
+  constexpr bool kFp8 = kTypeAB == kE4M3;
+  constexpr int kMmaType = kFp8 ? kBF16 : kTypeAB;
   static_assert(kTypeB == kTypeAB || (kW4 && kTypeAB == kBF16), "B: A's type, or 4-bit weights with bf16 A");
+  static_assert(!kFp8 || (128 % kBlockK == 0 && kBlockN <= 128), "FP8: k-blocks tile a 128-wide scale block, one B scale per tile");
   constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   constexpr int kWarpTileM = kBlockM / kWarpsM;
   constexpr int kWarpTileN = kBlockN / kWarpsN;
@@ -119,7 +125,7 @@ __device__ __forceinline__ void grouped_gemm_impl(const GroupedGemmParams& p) {
   constexpr int kPitch = stage_pitch<kBlockK>();
   constexpr unsigned kStageABytes = kBlockM * kPitch * 2;
   constexpr unsigned kStageBytes = (kBlockM + kBlockN) * kPitch * 2;
-  static_assert(kTypeAB == kBF16 || kTypeAB == kF16, "A and B must be bf16 or f16");
+  static_assert(kTypeAB == kBF16 || kTypeAB == kF16 || kTypeAB == kE4M3, "A and B must be bf16, f16 or e4m3");
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
   static_assert(kStages >= 2, "the ring needs at least two stages");
   static_assert(kBlockK % 16 == 0, "kBlockK must be a multiple of the MMA's k (16)");
@@ -180,12 +186,40 @@ __device__ __forceinline__ void grouped_gemm_impl(const GroupedGemmParams& p) {
     const int rows_valid = coord.group_rows - tile_row;
     const int cols_valid = p.n - tile_col;
 
-    detail::OperandLoader<kBlockM, kBlockK, kThreads> load_a;
-    typename detail::Select<kW4, detail::W4WidenLoader<kBlockN, kBlockK, kThreads, kTypeB, kPitch>,
-                            detail::OperandLoader<kBlockN, kBlockK, kThreads>>::type load_b;
-    load_a.init(a_base, a_base + (coord.row_begin + tile_row) * k, rows_valid, k);
-    if constexpr (kW4) load_b.init(p.b, coord.group, tile_col, cols_valid, p.n, p.k);
-    else load_b.init(b_base, b_base + ((long long)coord.group * n + tile_col) * k, cols_valid, k);
+    typename detail::Select<kFp8, detail::E4m3WidenLoader<kBlockM, kBlockK, kThreads, kPitch>,
+                            detail::OperandLoader<kBlockM, kBlockK, kThreads>>::type load_a;
+    typename detail::Select<
+        kFp8, detail::E4m3WidenLoader<kBlockN, kBlockK, kThreads, kPitch>,
+        typename detail::Select<kW4, detail::W4WidenLoader<kBlockN, kBlockK, kThreads, kTypeB, kPitch>,
+                                detail::OperandLoader<kBlockN, kBlockK, kThreads>>::type>::type load_b;
+    if constexpr (kFp8) {
+      load_a.init(static_cast<const unsigned char*>(p.a) + (coord.row_begin + tile_row) * k, rows_valid, k);
+      load_b.init(static_cast<const unsigned char*>(p.b) + ((long long)coord.group * n + tile_col) * k, cols_valid, k);
+    } else {
+      load_a.init(a_base, a_base + (coord.row_begin + tile_row) * k, rows_valid, k);
+      if constexpr (kW4) load_b.init(p.b, coord.group, tile_col, cols_valid, p.n, p.k);
+      else load_b.init(b_base, b_base + ((long long)coord.group * n + tile_col) * k, cols_valid, k);
+    }
+    // FP8: the promoted sum, and this thread's rows' A-scale pointers (null past the group).
+    float total[kFp8 ? kMmaM : 1][kFp8 ? kMmaN : 1][4];
+    const float* scale_rows[kFp8 ? kMmaM : 1][2];
+    const float* scale_b_tile = nullptr;
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int mi = 0; mi < kMmaM; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = tile_row + warp_m * kWarpTileM + mi * 16 + (lane >> 2) + 8 * h;  // inside the group
+          scale_rows[mi][h] = r < coord.group_rows ? p.scale_a + coord.row_begin + r : nullptr;
+        }
+#pragma unroll
+        for (int ni = 0; ni < kMmaN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) total[mi][ni][e] = 0.f;
+      }
+      scale_b_tile = static_cast<const float*>(p.scale_b) +
+                     ((long long)coord.group * ((p.n + 127) / 128) + tile_col / 128) * ((p.k + 127) / 128);
+    }
 
     float acc[kMmaM][kMmaN][4];
 #pragma unroll
@@ -240,7 +274,29 @@ __device__ __forceinline__ void grouped_gemm_impl(const GroupedGemmParams& p) {
 #pragma unroll
         for (int mi = 0; mi < kMmaM; ++mi)
 #pragma unroll
-          for (int ni = 0; ni < kMmaN; ++ni) mma_m16n8k16<kTypeAB>(acc[mi][ni], a_frag[mi], b_frag[ni]);
+          for (int ni = 0; ni < kMmaN; ++ni) mma_m16n8k16<kMmaType>(acc[mi][ni], a_frag[mi], b_frag[ni]);
+      }
+      if constexpr (kFp8) {
+        // End of a 128-wide scale block (or of K): promote the partial sums and restart them.
+        if ((kb + 1) % (128 / kBlockK) == 0 || kb + 1 == k_blocks) {
+          const int kb128 = kb * kBlockK / 128;
+          const float sb = __ldg(scale_b_tile + kb128);
+          const long long a_stride = p.total_rows;
+#pragma unroll
+          for (int mi = 0; mi < kMmaM; ++mi) {
+            const float s0 = scale_rows[mi][0] ? __ldg(scale_rows[mi][0] + kb128 * a_stride) * sb : 0.f;
+            const float s1 = scale_rows[mi][1] ? __ldg(scale_rows[mi][1] + kb128 * a_stride) * sb : 0.f;
+#pragma unroll
+            for (int ni = 0; ni < kMmaN; ++ni) {
+              total[mi][ni][0] = fmaf(acc[mi][ni][0], s0, total[mi][ni][0]);
+              total[mi][ni][1] = fmaf(acc[mi][ni][1], s0, total[mi][ni][1]);
+              total[mi][ni][2] = fmaf(acc[mi][ni][2], s1, total[mi][ni][2]);
+              total[mi][ni][3] = fmaf(acc[mi][ni][3], s1, total[mi][ni][3]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+            }
+          }
+        }
       }
       read_stage = read_stage == kStages - 1 ? 0 : read_stage + 1;
       write_stage = write_stage == kStages - 1 ? 0 : write_stage + 1;
@@ -250,6 +306,14 @@ __device__ __forceinline__ void grouped_gemm_impl(const GroupedGemmParams& p) {
     // row-contiguous global stores, masked to the group's rows and to N.
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int mi = 0; mi < kMmaM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kMmaN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mi][ni][e] = total[mi][ni][e];
+    }
     if constexpr (kTypeB == kNVFP4) {
       // NVFP4's per-expert fp32 scale, once on the accumulator (code x block scale was exact).
       const float tensor_scale = __ldg(p.scale_b_tensor + coord.group);
