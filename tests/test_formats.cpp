@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moejit/errors.hpp"
+#include "moejit/common/w4_layout.cuh"
 #include "moejit/formats.hpp"
 
 using namespace moejit;
@@ -533,6 +534,24 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
   // Rows past N = 200 in the second row block: zero codes.
   const std::size_t last = ((0 * 2 + 1) * 2 + 0) * 5120;
   CHECK(pm[last + (128 + 127) * 16] == 0);  // w = 1, t = 127: r0 = 128 + 64 + 48 + 7 = 247
+
+  // The offsets the portable kernel reads through (kernel_templates/moejit/common/w4_layout.cuh)
+  // find every code pair and scale that pack_w4_sm90 wrote.
+  const int k_blocks64 = 2, n_blocks = 2;
+  for (int g = 0; g < 2; ++g)
+    for (int r = 0; r < 200; ++r)
+      for (int k = 0; k < 96; k += 2) {
+        const W4Offsets m = w4_sm90_offsets(r, k, k_blocks64, false), v = w4_sm90_offsets(r, k, k_blocks64, true);
+        const std::size_t mx_at = ((std::size_t)g * n_blocks * k_blocks64 + m.block) * 5120;
+        const std::size_t nv_at = ((std::size_t)g * n_blocks * k_blocks64 + v.block) * 6144;
+        const std::size_t element = ((std::size_t)g * 200 + r) * 96 + k;
+        REQUIRE(pm[mx_at + m.code] == mx.data[element / 2]);
+        REQUIRE(pm[mx_at + m.scale] == mx.scales[element / 32]);
+        REQUIRE(pn[nv_at + v.code] == nv.data[element / 2]);
+        REQUIRE(pn[nv_at + v.scale] == nv.scales[element / 16]);
+        if (k % 8 == 0)
+          for (int c = 1; c < 4; ++c) REQUIRE(w4_sm90_offsets(r, k + 2 * c, k_blocks64, false).code == m.code + 16 * c);
+      }
 
   const Mxfp4Tensor mx_back = unpack_mxfp4_w4_sm90(pm, shape);
   CHECK(mx_back.data == mx.data);

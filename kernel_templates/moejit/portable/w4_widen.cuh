@@ -5,6 +5,7 @@
 // GPU): the loads are synchronous byte loads, not overlapped with the MMAs like cp.async.
 #pragma once
 #include "moejit/common/types.cuh"
+#include "moejit/common/w4_layout.cuh"
 #include "moejit/hopper_w4/e2m1.cuh"  // integer-only E2M1 / E8M0 bit placement (no sm_90 instruction)
 
 namespace moejit::portable {
@@ -121,25 +122,21 @@ struct W4WidenLoader {
 
   __device__ __forceinline__ void load(unsigned stage_address, int k_begin, int k) const {
     const int kabs = k_begin + k_offset;  // K is a multiple of the scale block: a chunk is all in or all out
-    const int kin = kabs % 64, kk = kin / 16, half = (kin % 16) / 8;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int local = row + i * kRowsPerPass;
       if (kRows % kRowsPerPass != 0 && local >= kRows) continue;
       unsigned out[4] = {0u, 0u, 0u, 0u};
       if (kabs < k && local < rows_valid) {
-        // Fragment position of (weight row r, K kabs .. kabs + 7) in the packed block: see formats.hpp.
-        const int r = tile_col + local, rr = r % 128;
-        const int w = rr / 64, warp = (rr % 64) / 16, h = (rr % 16) / 8, q = rr % 8;
-        const unsigned char* block =
-            group_blocks + (static_cast<long long>(r / 128) * k_blocks64 + kabs / 64) * kBlockBytes;
-        const int thread0 = w * 128 + warp * 32 + q * 4;  // fragment thread of c = 0
-        const unsigned scale_byte =
-            __ldg(block + 4096 + thread0 * kScaleBytes + h + 2 * (kFormat == kNVFP4 ? kk : kin / 32));
+        // Fragment position of (weight row r, K kabs .. kabs + 7) in the packed block (formats.hpp);
+        // K pair kabs + 2c, + 1 lives in fragment thread c, 16 bytes after thread c - 1's.
+        const W4Offsets at = w4_sm90_offsets(tile_col + local, kabs, k_blocks64, kFormat == kNVFP4);
+        const unsigned char* block = group_blocks + at.block * kBlockBytes;
+        const unsigned scale_byte = __ldg(block + at.scale);
         const unsigned scale = kFormat == kNVFP4 ? e4m3_to_bf16x2_sm80(scale_byte) : hopper::e8m0_to_bf16x2(scale_byte);
-        const unsigned char* codes = block + thread0 * 16 + kk * 4 + h + 2 * half;
+        const unsigned char* codes = block + at.code;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {  // K pair kabs + 2c, + 1 lives in fragment thread c
+        for (int c = 0; c < 4; ++c) {
           const unsigned bits = hopper::e2m1x2_bits_as_bf16x2<0>(__ldg(codes + c * 16));
           out[c] = bf16x2_mul_sm80(bf16x2_mul_sm80(bits, 0x7E807E80u), scale);  // x 2^126, x scale
         }
