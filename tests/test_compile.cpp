@@ -130,24 +130,27 @@ TEST_CASE("every FP8 hopper variant compiles for sm_90a with QGMMA and no spills
 }
 
 TEST_CASE("4-bit weight-only hopper variants compile for sm_90a with HGMMA and no spills", "[compile][nvrtc][w4]") {
-  // A representative set (NVRTC time on CI's 2 cores): both tiles and formats, contiguous with
-  // bf16 C and masked with f16 C; the GPU tests run all of w4_candidates.
+  // A representative set (NVRTC time on CI's 2 cores): both tiles; MXFP4 contiguous with bf16 C,
+  // NVFP4 masked with f16 C. The GPU tests run all of w4_candidates.
   std::vector<KernelSpec> some;
   for (const KernelSpec& s : w4_candidates(Arch{9, 0, true}))
-    if ((s.layout == GroupLayout::contiguous) == (s.c == DType::bf16)) some.push_back(s);
-  CHECK(some.size() == 8);
+    if ((s.b == DType::mxfp4 && s.layout == GroupLayout::contiguous && s.c == DType::bf16) ||
+        (s.b == DType::nvfp4 && s.layout == GroupLayout::masked && s.c == DType::f16))
+      some.push_back(s);
+  CHECK(some.size() == 4);
   check_variants(some, "hopper 4-bit weight-only for sm_90a", "HGMMA");
 }
 
 TEST_CASE("4-bit weight-only portable variants compile for sm_80 with HMMA and no spills", "[compile][nvrtc][w4]") {
-  // A representative set (NVRTC time): both tiles and formats, contiguous bf16 static and masked
-  // f32 dynamic; the GPU tests run all of w4_candidates(arch, portable).
+  // A representative set (NVRTC time): both tiles; MXFP4 contiguous bf16 static, NVFP4 masked
+  // f32 dynamic. The GPU tests run all of w4_candidates(arch, portable).
   std::vector<KernelSpec> some;
   for (const KernelSpec& s : w4_candidates(Arch{8, 0, false}, KernelFamily::portable))
-    if ((s.layout == GroupLayout::contiguous && s.c == DType::bf16 && s.scheduler == Scheduler::static_persistent) ||
-        (s.layout == GroupLayout::masked && s.c == DType::f32 && s.scheduler == Scheduler::dynamic))
+    if ((s.b == DType::mxfp4 && s.layout == GroupLayout::contiguous && s.c == DType::bf16 &&
+         s.scheduler == Scheduler::static_persistent) ||
+        (s.b == DType::nvfp4 && s.layout == GroupLayout::masked && s.c == DType::f32 && s.scheduler == Scheduler::dynamic))
       some.push_back(s);
-  CHECK(some.size() == 8);
+  CHECK(some.size() == 4);
   check_variants(some, "portable 4-bit weight-only for sm_80", "HMMA");
 }
 
