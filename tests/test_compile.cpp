@@ -12,7 +12,9 @@
 #include "codegen/codegen.hpp"
 #include "compiler/nvrtc_compiler.hpp"
 #include "heuristics/config.hpp"
+#include "codegen/routing_codegen.hpp"
 #include "moejit/errors.hpp"
+#include "moejit/routing.hpp"
 #include "test_support.hpp"
 
 using namespace moejit;
@@ -111,7 +113,61 @@ void check_family(const Arch& arch, KernelFamily family, const char* mma_instruc
                  mma_instruction);
 }
 
+// Fused kernels (docs/design.md, "Fusions"): a representative set per family, each fusion
+// flag, activation, GLU layout and the atomic combine at least once, on the tiles the heuristic
+// picks (the GPU tests in test_gpu_fusion.cpp run many more).
+std::vector<KernelSpec> fused_variants() {
+  std::vector<KernelSpec> out;
+  for (const char* text : {
+           // portable: GEMM1 (gather + bias + GLU, both layouts), GEMM2 (scatter + weight), atomics
+           "family=portable,arch=sm_80,tile=128x128x32,stages=4,warps=2x4,sched=dynamic,fuse=gather+bias,act=swiglu_oai",
+           "family=portable,arch=sm_80,layout=masked,a=f16,b=f16,c=f16,tile=64x128x32,stages=4,warps=2x4,"
+           "fuse=gather+bias,act=swiglu,glu=split",
+           "family=portable,arch=sm_80,tile=128x128x32,stages=4,warps=2x4,fuse=scatter+weight+bias",
+           "family=portable,arch=sm_80,c=f32,tile=64x128x32,stages=4,warps=2x4,sched=dynamic,fuse=scatter+weight+atomic",
+           "family=portable,arch=sm_90a,tile=128x128x32,stages=4,warps=2x4,fuse=gather+scatter+weight+bias,act=gelu",
+           "family=portable,arch=sm_86,tile=64x128x32,stages=3,warps=2x4,act=silu",
+           // hopper: staged C (128x256, 128x128), direct stores (64x256), CTA pairs, gather by cp.async
+           "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu_oai",
+           "family=hopper,layout=masked,a=f16,b=f16,c=f16,tile=64x256x64,stages=5,fuse=gather+bias,act=swiglu,glu=split",
+           "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,fuse=scatter+weight+bias",
+           "family=hopper,c=f32,tile=128x128x64,stages=6,fuse=gather+scatter+weight+atomic,act=swiglu_oai,glu=split",
+           "family=hopper,tile=64x128x64,stages=6,layout=masked,act=gelu",
+           "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=weight,act=silu",
+       }) {
+    KernelSpec s = KernelSpec::parse(text);
+    s.validate();
+    out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("fused variants compile with tensor-core MMAs, no spills, no local memory", "[compile][nvrtc][fusion]") {
+  std::vector<KernelSpec> portable, hopper;
+  for (auto& s : fused_variants()) (s.family == KernelFamily::hopper ? hopper : portable).push_back(s);
+  check_variants(portable, "fused portable", "HMMA");
+  check_variants(hopper, "fused hopper", "HGMMA");
+}
+
+TEST_CASE("unfused kernels are generated exactly as before the fusions", "[compile][fusion]") {
+  // Fused kernels have their own instantiation files; the unfused ones keep theirs (their SASS
+  // was compared byte for byte when the fusions came in: docs/design.md, "Fusions").
+  const TemplateStore& templates = TemplateStore::from_embedded();
+  KernelSpec plain = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4");
+  std::string src = generate_source(plain, templates).source;
+  CHECK(src.find("FusionParams") == std::string::npos);
+  CHECK(src.find("grouped_gemm<MOEJIT_CONFIG, 1>(p, tma_a, tma_b, tma_c);") != std::string::npos);
+  KernelSpec fused = plain;
+  fused.fusion.bias = true;
+  std::string fsrc = generate_source(fused, templates).source;
+  CHECK(fsrc.find("const __grid_constant__ moejit::FusionParams fusion") != std::string::npos);
+  CHECK(fsrc.find("moejit::FusionConfig<false, false, false, true, moejit::kActNone, moejit::kGluInterleaved, false>") !=
+        std::string::npos);
+  KernelSpec portable = KernelSpec::parse("arch=sm_80");
+  CHECK(generate_source(portable, templates).source.find("FusionParams") == std::string::npos);
+}
 
 TEST_CASE("every portable variant compiles for sm_80 with HMMA and no spills", "[compile][nvrtc]") {
   check_family(Arch{8, 0, false}, KernelFamily::portable, "HMMA");
@@ -242,4 +298,90 @@ TEST_CASE("ptx for inspection", "[compile][nvrtc]") {
   std::string ptx = NvrtcCompiler().ptx(spec, generate_source(spec, templates), templates);
   CHECK(ptx.find(".entry moejit_grouped_gemm") != std::string::npos);
   CHECK(ptx.find("mma.sync") != std::string::npos);
+}
+
+namespace {
+
+RoutingSpec route_variant(const char* arch, DType logits, int experts, int top_k, RoutingMethod method) {
+  RoutingArgs a;
+  a.logits_type = logits;
+  a.num_experts = experts;
+  a.top_k = top_k;
+  a.method = method;
+  return RoutingSpec::for_route(a, Arch::parse(arch));
+}
+
+RoutingSpec combine_variant(const char* arch, DType in, DType out, int top_k) {
+  CombineArgs c;
+  c.input_type = in;
+  c.output_type = out;
+  c.top_k = top_k;
+  return RoutingSpec::for_combine(c, Arch::parse(arch));
+}
+
+}  // namespace
+
+// A representative set: each scoring rule at its model's shape, the largest shape (1024 experts,
+// top-32: the most registers), every logits and element type, both archs.
+TEST_CASE("routing kernels compile for sm_90a and sm_80 without spills or local memory", "[compile][nvrtc][routing]") {
+  std::vector<RoutingSpec> specs = {
+      route_variant("sm_90a", DType::f32, 128, 4, RoutingMethod::gpt_oss()),
+      route_variant("sm_90a", DType::bf16, 128, 8, RoutingMethod::qwen3_moe()),
+      route_variant("sm_90a", DType::bf16, 256, 8, RoutingMethod::deepseek_v3()),
+      route_variant("sm_90a", DType::f32, 8, 2, RoutingMethod::mixtral()),
+      route_variant("sm_90a", DType::f16, 1024, 32, RoutingMethod{RoutingScore::softmax_topk}),
+      route_variant("sm_80", DType::bf16, 128, 8, RoutingMethod::qwen3_moe()),
+      combine_variant("sm_90a", DType::bf16, DType::bf16, 4),
+      combine_variant("sm_90a", DType::f32, DType::bf16, 8),
+      combine_variant("sm_90a", DType::f16, DType::f32, 1),
+      combine_variant("sm_80", DType::bf16, DType::bf16, 8),
+  };
+  std::string cuobjdump = cuobjdump_path();
+  if (cuobjdump.empty()) FAIL("cuobjdump not found: run .ci/setup (pip package nvidia-cuda-cuobjdump) or set MOEJIT_CUOBJDUMP");
+  const TemplateStore& templates = TemplateStore::from_embedded();
+  std::vector<CompileResult> results(specs.size());
+  std::vector<std::string> errors(specs.size());
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    NvrtcCompiler compiler;
+    for (std::size_t i; (i = next++) < specs.size();) {
+      try {
+        results[i] = compiler.compile(specs[i].to_text(), specs[i].arch, generate_routing_source(specs[i], templates), templates);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  TempDir dir;
+  double max_ms = 0, total_ms = 0;
+  std::string times;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    INFO("spec: " << specs[i].to_text());
+    REQUIRE(errors[i] == "");
+    INFO("ptxas report:\n" << results[i].resources);
+    CHECK(results[i].cubin.substr(1, 3) == "ELF");
+    CHECK(spill_bytes(results[i].resources) == 0);
+    std::regex stack(R"((\d+) bytes stack frame)");
+    int frames = 0;
+    for (std::sregex_iterator it(results[i].resources.begin(), results[i].resources.end(), stack), end; it != end; ++it, ++frames)
+      CHECK((*it)[1] == "0");
+    CHECK(frames == (specs[i].op == RoutingSpec::Op::route ? 4 : 1));  // one report per entry
+    std::string sass = sass_of(results[i].cubin, dir, fmt::format("r{}", i));
+    CHECK(sass.find("LDL") == std::string::npos);
+    CHECK(sass.find("STL") == std::string::npos);
+    if (specs[i].op == RoutingSpec::Op::route) {
+      CHECK(sass.find("MATCH.ANY") != std::string::npos);  // the sort's per-warp ranks
+      CHECK(sass.find("SHFL.BFLY") != std::string::npos);  // the top-k's warp reductions
+    } else {
+      CHECK(sass.find("LDG.E.128") != std::string::npos);  // 16-byte loads
+    }
+    max_ms = std::max(max_ms, results[i].wall_ms);
+    total_ms += results[i].wall_ms;
+    times += fmt::format("\n  {:6.0f} ms  {}", results[i].wall_ms, specs[i].to_text());
+  }
+  WARN(fmt::format("{} routing variants compiled; NVRTC {:.0f} ms in all, slowest {:.0f} ms{}", specs.size(), total_ms,
+                   max_ms, times));
 }

@@ -4,6 +4,8 @@
 #include "moejit/errors.hpp"
 #include "moejit/spec.hpp"
 
+#include <set>
+
 using namespace moejit;
 
 namespace {
@@ -64,7 +66,8 @@ TEST_CASE("parser rejections name the field and the allowed values", "[spec]") {
   require_rejected("tile=128xAx32", {"'tile'", "not an integer"});
   require_rejected("stages=four", {"'stages'", "not an integer"});
   require_rejected("sched=random", {"'sched'", "static|dynamic"});
-  require_rejected("fuse=softmax", {"'fuse'", "gather|scatter|weight|bias"});
+  require_rejected("fuse=softmax", {"'fuse'", "gather|scatter|weight|bias|atomic"});
+  require_rejected("act=swiglu,glu=halves", {"'glu'", "interleaved|split"});
   require_rejected("act=relu", {"'act'", "silu"});
   require_rejected("color=blue", {"unknown field 'color'"});
   require_rejected("tile", {"field=value"});
@@ -93,8 +96,16 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("tile=128x-64x32", {"tile N=-64", "positive multiple"});
   require_rejected("tile=0x128x32", {"tile M=0"});
   require_rejected("cluster=2x1", {"cluster=2x1"});
-  require_rejected("fuse=gather", {"not implemented"});
-  require_rejected("act=silu", {"not implemented"});
+  // Fusions: what the kernels implement (docs/design.md, "Fusions").
+  require_rejected("fuse=atomic,c=f32", {"fuse=atomic needs fuse=scatter"});
+  require_rejected("fuse=scatter+atomic,c=bf16", {"c=bf16", "c=f32"});
+  require_rejected("act=silu,glu=split", {"glu=split", "act=silu"});
+  require_rejected("glu=split", {"glu=split", "act=none"});
+  require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=1x2,fuse=gather", {"fuse=gather", "cluster=1x1"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,fuse=bias", {"a=e4m3", "no fused epilogue"});
+  require_rejected("family=portable,a=e4m3,b=e4m3,act=silu", {"a=e4m3", "no fused epilogue"});
+  require_rejected("family=hopper,b=mxfp4,fuse=gather", {"b=mxfp4", "no fused epilogue"});
+  require_rejected("family=portable,b=nvfp4,fuse=scatter+weight", {"b=nvfp4", "no fused epilogue"});
   require_rejected("family=hopper,arch=sm_90", {"needs sm_90a"});
   require_rejected("family=hopper,tile=96x128x64", {"tile M=96"});
   require_rejected("family=hopper,tile=128x96x64", {"tile N=96"});
@@ -173,4 +184,51 @@ TEST_CASE("hopper shared memory: C staging only where it fits", "[spec]") {
   CHECK(KernelSpec::parse("family=hopper,tile=128x256x64,stages=3").dynamic_smem_bytes() == 3 * 384 * 128 + 2048 + 32768);
   CHECK(KernelSpec::parse("family=hopper,tile=64x256x64,stages=5").dynamic_smem_bytes() == 5 * 320 * 128 + 2048);
   CHECK(KernelSpec::parse("family=hopper,tile=64x256x64,stages=4").dynamic_smem_bytes() == 4 * 320 * 128 + 2048 + 32768);
+}
+
+TEST_CASE("fusion fields: canonical text, round trip, key", "[spec][fusion]") {
+  KernelSpec plain = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4");
+  // Unfused specs keep their text (and so their cache keys): no glu field.
+  CHECK(plain.to_text().find("glu") == std::string::npos);
+  auto s = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,fuse=bias+gather+weight,act=swiglu");
+  s.validate();
+  CHECK(s.fusion.gather_a);
+  CHECK(s.fusion.bias);
+  CHECK(s.fusion.routing_weight);
+  CHECK_FALSE(s.fusion.scatter_c);
+  CHECK(s.fusion.glu == GluLayout::interleaved);
+  CHECK(s.to_text() ==
+        "family=hopper,arch=sm_90a,layout=contiguous,a=bf16,b=bf16,c=bf16,acc=f32,tile=128x256x64,stages=4,"
+        "cluster=1x1,sched=static,fuse=gather+weight+bias,act=swiglu,glu=interleaved");
+  CHECK_THROWS_AS(KernelSpec::parse(s.to_text() + ",glu=split"), SpecError);  // glu given twice
+  auto split = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,act=swiglu_oai,glu=split");
+  CHECK(split.fusion.glu == GluLayout::split);
+  CHECK(split.to_text().find(",act=swiglu_oai,glu=split") != std::string::npos);
+  CHECK_FALSE(split.key() == KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,act=swiglu_oai").key());
+}
+
+TEST_CASE("fusion specs round-trip for every flag, activation and layout", "[spec][fusion]") {
+  std::set<std::string> texts;
+  std::set<std::string> keys;
+  for (auto family : {"portable", "hopper"})
+    for (auto fuse : {"none", "gather", "scatter", "weight", "bias", "gather+scatter+weight+bias", "scatter+atomic",
+                      "scatter+weight+atomic"})
+      for (auto act : {"none", "silu", "gelu", "swiglu", "swiglu_oai"})
+        for (auto glu : {"", "interleaved", "split"}) {
+          bool glu_act = std::string(act).rfind("swiglu", 0) == 0;
+          if (*glu && !glu_act && std::string(glu) == "split") continue;  // rejected (checked above)
+          std::string text = std::string("family=") + family + ",c=f32,fuse=" + fuse + ",act=" + act;
+          if (*glu) text += std::string(",glu=") + glu;
+          if (std::string(family) == "hopper") text += ",tile=128x128x64,stages=5";
+          INFO(text);
+          KernelSpec spec = KernelSpec::parse(text);
+          REQUIRE_NOTHROW(spec.validate());
+          KernelSpec again = KernelSpec::parse(spec.to_text());
+          CHECK(again == spec);
+          CHECK(again.to_text() == spec.to_text());
+          CHECK(again.key() == spec.key());
+          texts.insert(spec.to_text());
+          keys.insert(spec.key().hex());
+        }
+  CHECK(texts.size() == keys.size());
 }

@@ -58,6 +58,8 @@ TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key
   vary([](KernelSpec& s) { s.fusion.routing_weight = true; });
   vary([](KernelSpec& s) { s.fusion.bias = true; });
   vary([](KernelSpec& s) { s.fusion.activation = Activation::swiglu_oai; });
+  vary([](KernelSpec& s) { s.fusion.atomic = true; });
+  vary([](KernelSpec& s) { s.fusion.glu = GluLayout::split; });
   std::set<std::pair<std::uint64_t, std::uint64_t>> keys;
   keys.insert({pack_spec(base)->lo, pack_spec(base)->hi});
   for (auto& v : variants) {
@@ -125,6 +127,36 @@ TEST_CASE("shape buckets: rounding, text round trip, rejects other text", "[tuni
                           "layout=masked,ab=bf16,c=bf16,groups=0,n=8,k=8,rows<=1,active<=1",
                           "layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,extra=1"})
     CHECK_FALSE(ShapeBucket::parse(bad));
+}
+
+TEST_CASE("shape buckets with fusions: own bucket, text round trip", "[tuning][fusion]") {
+  auto plain = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 5760, 2880, 65536, 128);
+  auto fused = plain;
+  fused.fusion = KernelSpec::parse("fuse=gather+bias,act=swiglu_oai,glu=split").fusion;
+  CHECK(fused.to_text() == plain.to_text() + ",fuse=gather+bias,act=swiglu_oai,glu=split");
+  CHECK(ShapeBucket::parse(fused.to_text()) == fused);
+  CHECK_FALSE(fused == plain);
+  CHECK(ShapeBucketHash()(fused) != ShapeBucketHash()(plain));
+  for (const char* tail : {",fuse=none,act=none", ",act=silu", ",fuse=gather,act=none,tile=1x1x1", ",fuse=bias"})
+    CHECK_FALSE(ShapeBucket::parse(plain.to_text() + tail));
+}
+
+TEST_CASE("heuristic and tuner keep the fusions; gather avoids CTA pairs", "[tuning][fusion]") {
+  std::vector<int> group_rows(8, 4096);  // long compute-bound launch: the heuristic takes CTA pairs
+  GemmProblem problem{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 28672, 4096, 8 * 4096, group_rows};
+  CHECK(choose_spec(problem, kHopper, 132).cluster_n == 2);
+  problem.fusion = KernelSpec::parse("fuse=gather+bias,act=swiglu").fusion;
+  KernelSpec s = choose_spec(problem, kHopper, 132);
+  CHECK(s.fusion == problem.fusion);
+  CHECK(s.cluster_n == 1);
+  for (auto& c : tuning_candidates(problem, kHopper, 132)) {
+    CHECK(c.fusion == problem.fusion);
+    CHECK(c.cluster_n == 1);
+    CHECK_NOTHROW(c.validate());
+  }
+  problem.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
+  CHECK(choose_spec(problem, kHopper, 132).cluster_n == 2);  // only gather rules pairs out
+  CHECK(choose_spec(problem, kAmpere, 108).fusion == problem.fusion);
 }
 
 TEST_CASE("tuning candidates: heuristic first, all valid and distinct, both schedulers", "[tuning]") {

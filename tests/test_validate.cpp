@@ -233,3 +233,92 @@ TEST_CASE("unsupported arch is named", "[validate][spec]") {
   // Launching needs a device; an offline runtime says so, naming the arch.
   CHECK_THROWS_AS(offline->kernel(KernelSpec::parse("arch=sm_80")), DriverError);
 }
+
+namespace {
+// A spec with fusions and args that carry exactly their pointers.
+struct FusedCase {
+  KernelSpec spec;
+  GroupedGemmArgs args = good_args();
+  explicit FusedCase(const char* fuse_text) : spec(KernelSpec::parse(fuse_text)) {
+    spec.validate();
+    const Fusion& f = spec.fusion;
+    args.c_type = spec.c;
+    if (f.gather_a) args.gather_rows = reinterpret_cast<const int*>(0x50000), args.num_tokens = 40;
+    if (f.scatter_c) args.scatter_rows = reinterpret_cast<const int*>(0x60000), args.num_out_rows = 200;
+    if (f.routing_weight) args.routing_weights = reinterpret_cast<const float*>(0x70000);
+    if (f.bias) args.bias = reinterpret_cast<const float*>(0x80000);
+  }
+};
+void require_spec_mismatch(const GroupedGemmArgs& a, const KernelSpec& spec, const char* fragment) {
+  INFO("expected message containing: " << fragment);
+  CHECK_THROWS_WITH(validate_args_match_spec(a, spec), Catch::Contains(fragment));
+  CHECK_THROWS_AS(validate_args_match_spec(a, spec), InvalidArgument);
+}
+}  // namespace
+
+TEST_CASE("fusion pointers: each one exactly with its flag", "[validate][fusion]") {
+  FusedCase all("fuse=gather+scatter+weight+bias,act=swiglu");
+  CHECK_NOTHROW(validate_args(all.args));
+  CHECK_NOTHROW(validate_args_match_spec(all.args, all.spec));
+  // args.fusion left at none or equal to the spec's
+  all.args.fusion = all.spec.fusion;
+  CHECK_NOTHROW(validate_args_match_spec(all.args, all.spec));
+  auto a = all.args;
+  a.fusion.activation = Activation::silu;
+  require_spec_mismatch(a, all.spec, "differs from the kernel's");
+
+  // Each missing pointer (or count) is named.
+  a = all.args; a.gather_rows = nullptr; require_spec_mismatch(a, all.spec, "gather_rows (fuse=gather) is null");
+  a = all.args; a.num_tokens = 0; require_spec_mismatch(a, all.spec, "num_tokens=0");
+  a = all.args; a.scatter_rows = nullptr; require_spec_mismatch(a, all.spec, "scatter_rows (fuse=scatter) is null");
+  a = all.args; a.num_out_rows = 0; require_spec_mismatch(a, all.spec, "num_out_rows=0 with fuse=scatter");
+  a = all.args; a.routing_weights = nullptr; require_spec_mismatch(a, all.spec, "routing_weights (fuse=weight) is null");
+  a = all.args; a.bias = nullptr; require_spec_mismatch(a, all.spec, "bias (fuse=bias) is null");
+  a = all.args; a.bias = reinterpret_cast<const float*>(0x80002); require_spec_mismatch(a, all.spec, "4-byte aligned");
+  a = all.args; a.gather_rows = reinterpret_cast<const int*>(0x50001); require_spec_mismatch(a, all.spec, "gather_rows");
+
+  // Each extra pointer (or count) without its flag is named.
+  FusedCase none("fuse=none");
+  CHECK_NOTHROW(validate_args_match_spec(none.args, none.spec));
+  a = none.args; a.gather_rows = all.args.gather_rows; require_spec_mismatch(a, none.spec, "gather_rows is set");
+  a = none.args; a.num_tokens = 5; require_spec_mismatch(a, none.spec, "num_tokens=5 is set");
+  a = none.args; a.scatter_rows = all.args.scatter_rows; require_spec_mismatch(a, none.spec, "scatter_rows is set");
+  a = none.args; a.num_out_rows = 7; require_spec_mismatch(a, none.spec, "num_out_rows=7 is set");
+  a = none.args; a.routing_weights = all.args.routing_weights; require_spec_mismatch(a, none.spec, "routing_weights is set");
+  a = none.args; a.bias = all.args.bias; require_spec_mismatch(a, none.spec, "bias is set");
+}
+
+TEST_CASE("fusion shapes: GLU needs n % 16 == 0, atomic needs f32", "[validate][fusion]") {
+  FusedCase glu("act=swiglu_oai,glu=split");
+  CHECK_NOTHROW(validate_args_match_spec(glu.args, glu.spec));
+  auto a = glu.args;
+  a.n = 264;  // a multiple of 8, but n/2 = 132 is not
+  CHECK_NOTHROW(validate_args(a));
+  require_spec_mismatch(a, glu.spec, "n=264 with act=swiglu_oai");
+  FusedCase silu("act=silu");
+  a = silu.args;
+  a.n = 264;
+  CHECK_NOTHROW(validate_args_match_spec(a, silu.spec));
+
+  FusedCase atomic("fuse=scatter+weight+atomic,c=f32");
+  CHECK_NOTHROW(validate_args_match_spec(atomic.args, atomic.spec));
+  // The high-level path checks args.fusion itself (no spec yet).
+  a = atomic.args;
+  a.c_type = DType::bf16;
+  CHECK_THROWS_WITH(validate_fusion_args(a, atomic.spec.fusion), Catch::Contains("c_type=bf16 with fuse=atomic"));
+  Fusion bad_atomic;
+  bad_atomic.atomic = true;
+  CHECK_THROWS_WITH(validate_fusion_args(good_args(), bad_atomic), Catch::Contains("fuse=atomic needs fuse=scatter"));
+}
+
+TEST_CASE("fusions with FP8 or 4-bit operands are named (not implemented)", "[validate][fusion]") {
+  FusedCase gather("fuse=gather+bias,act=swiglu_oai");
+  auto a = gather.args;
+  a.ab_type = DType::e4m3;
+  CHECK_THROWS_AS(validate_fusion_args(a, gather.spec.fusion), InvalidArgument);
+  CHECK_THROWS_WITH(validate_fusion_args(a, gather.spec.fusion), Catch::Contains("ab_type=e4m3") && Catch::Contains("bf16/f16"));
+  a = gather.args;
+  a.b_type = DType::nvfp4;
+  CHECK_THROWS_WITH(validate_fusion_args(a, gather.spec.fusion), Catch::Contains("b_type=nvfp4") && Catch::Contains("bf16/f16"));
+  CHECK_NOTHROW(validate_fusion_args(good_args(), Fusion{}));
+}

@@ -2,6 +2,7 @@
 #pragma once
 #include "moejit/errors.hpp"
 #include "moejit/formats.hpp"
+#include "moejit/routing.hpp"
 #include "moejit/runtime.hpp"
 #include "moejit/spec.hpp"
 

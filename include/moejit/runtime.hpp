@@ -67,6 +67,26 @@ struct GroupedGemmArgs {
   // B's element type where it differs from A's: mxfp4 | nvfp4 (weight-only); empty: ab_type.
   std::optional<DType> b_type;
   DType b_format() const { return b_type.value_or(ab_type); }
+  // Fusions (docs/design.md, "Fusions"). `fusion` says which ones the high-level calls
+  // (grouped_gemm, choose_spec, tune) build in; Kernel::launch uses its spec's fusions and
+  // accepts `fusion` left at none or equal to them. Each pointer is required exactly when its
+  // flag is set (a pointer without its flag is an error too). "Routed row r" is a row of the
+  // layout's row space: contiguous [0, total_rows), masked g × capacity + i.
+  Fusion fusion{};
+  // fuse=gather: A is [num_tokens, K] in token order; routed row r reads A row gather_rows[r].
+  // The kernels cannot check 0 <= gather_rows[r] < num_tokens (the host never reads the array):
+  // hopper's TMA zero-fills rows outside [0, num_tokens); the portable family would read out of bounds.
+  const int* gather_rows = nullptr;
+  int num_tokens = 0;
+  // fuse=scatter: routed row r is written to row scatter_rows[r] of C, which is then
+  // [num_out_rows, N_out] (N_out = N, or N/2 with a GLU activation). Values must be in
+  // [0, num_out_rows) and, without fuse=atomic, distinct (each output row has one writer).
+  const int* scatter_rows = nullptr;
+  int num_out_rows = 0;
+  // fuse=weight: one fp32 per routed row; multiplies the output row after the activation.
+  const float* routing_weights = nullptr;
+  // fuse=bias: fp32 [num_groups, N] (the GEMM's N, before a GLU halves it), added before the activation.
+  const float* bias = nullptr;
 };
 
 enum class CacheOutcome { memory_hit, disk_hit, compiled };

@@ -3,6 +3,8 @@
 //   family=portable,arch=sm_90a,layout=contiguous,a=bf16,b=bf16,c=bf16,acc=f32,
 //   tile=128x128x32,stages=4,warps=2x4,cluster=1x1,sched=static,fuse=none,act=none
 //
+// A GLU activation adds ",glu=interleaved|split" after act (printed only then, or when split).
+//
 // to_text() prints every field in that order; parse() accepts the fields in any order,
 // fills omitted ones with defaults, and rejects unknown fields or values with a SpecError
 // naming the field and the allowed values. validate() rejects combinations that cannot
@@ -24,6 +26,10 @@ enum class GroupLayout { contiguous, masked };  // values match kLayout* in kern
 enum class DType { bf16, f16, f32, e4m3, mxfp4, nvfp4 };
 enum class Scheduler { static_persistent, dynamic };
 enum class Activation { none, silu, gelu, swiglu, swiglu_oai };
+// Where a GLU activation (swiglu, swiglu_oai) finds its gate/up pairs among the GEMM's N columns:
+// interleaved: gate = column 2i, up = 2i + 1 (gpt-oss gate_up_proj); split: gate = i, up = N/2 + i.
+enum class GluLayout { interleaved, split };
+inline bool is_glu(Activation a) { return a == Activation::swiglu || a == Activation::swiglu_oai; }
 
 // Compute capability, e.g. {9, 0, true} is sm_90a (arch-specific features: wgmma, setmaxnreg).
 struct Arch {
@@ -41,14 +47,22 @@ struct TileShape {
   bool operator==(const TileShape&) const = default;
 };
 
+// Epilogue and gather fusions (docs/design.md, "Fusions"; the pointers are GroupedGemmArgs'
+// gather_rows, scatter_rows, routing_weights, bias). Epilogue order:
+//   acc (+ bias[g]) -> activation -> (* routing_weights[r]) -> convert to c -> store | scatter | atomic add
 struct Fusion {
   bool gather_a = false;        // A rows read through a row-index array (permute_x)
   bool scatter_c = false;       // C rows written through a row-index array (permute_y)
   bool routing_weight = false;  // multiply each output row by its routing weight
   bool bias = false;            // per-expert bias along N
+  bool atomic = false;          // with scatter: accumulate into C with atomic adds (c=f32; non-deterministic)
   Activation activation = Activation::none;
+  GluLayout glu = GluLayout::interleaved;  // meaningful for GLU activations only
   bool operator==(const Fusion&) const = default;
-  bool any() const { return gather_a || scatter_c || routing_weight || bias || activation != Activation::none; }
+  bool any() const {
+    return gather_a || scatter_c || routing_weight || bias || atomic || activation != Activation::none;
+  }
+  bool glu_activation() const { return is_glu(activation); }
 };
 
 // 128-bit content key (XXH3-128); hex() is 32 lowercase hex digits.
@@ -96,6 +110,9 @@ std::string_view to_text(GroupLayout);
 std::string_view to_text(DType);
 std::string_view to_text(Scheduler);
 std::string_view to_text(Activation);
+std::string_view to_text(GluLayout);
+// "fuse=...,act=..." (+ ",glu=..." as in KernelSpec::to_text); KernelSpec::parse reads it back.
+std::string to_text(const Fusion&);
 int element_bytes(DType);  // bytes per element; 4-bit formats: 1 (two elements per byte, see pack_w4_sm90)
 
 }  // namespace moejit

@@ -34,6 +34,20 @@ struct GroupedGemmParams {
 
 static_assert(sizeof(GroupedGemmParams) <= 128, "tensor-map parameters must stay at offset 128");
 
+// Fusion operands (docs/design.md, "Fusions"): an extra __grid_constant__ kernel parameter that
+// only kernels compiled with fusions take (unfused kernels keep their signature). "Routed row" r
+// is a row of the layout's row space (contiguous: [0, total_rows); masked: g * capacity + i).
+struct FusionParams {
+  const int* gather_rows;         // fuse=gather: routed row r reads A row gather_rows[r] (A: [num_tokens, K])
+  const int* scatter_rows;        // fuse=scatter: routed row r goes to C row scatter_rows[r] (C: [num_out_rows, n_out])
+  const float* routing_weights;   // fuse=weight: one per routed row, multiplies the row after the activation
+  const float* bias;              // fuse=bias: [num_groups, n], added to the accumulators before the activation
+  int num_tokens;                 // rows of A with fuse=gather; indices outside [0, num_tokens) read zeros
+  int num_out_rows;               // rows of C with fuse=scatter; indices outside are not written
+  int n_out;                      // columns of C: n, or n / 2 after a GLU activation
+  int reserved0;
+};
+
 // A 128-byte CUtensorMap as an opaque blob, so kernels need not include cuda.h.
 struct alignas(64) TmaDescriptor {
   unsigned long long opaque[16];

@@ -23,13 +23,17 @@ KernelCache::KernelCache(const TemplateStore& templates, NvrtcCompiler compiler,
     : templates_(templates), compiler_(compiler), disk_(std::move(disk)), nvrtc_version_(NvrtcCompiler::nvrtc_version()) {}
 
 CacheKeyInputs KernelCache::key_inputs(const KernelSpec& spec, const std::string& source) const {
+  return key_inputs(spec.arch, source);
+}
+
+CacheKeyInputs KernelCache::key_inputs(const Arch& arch, const std::string& source) const {
   CacheKeyInputs in;
   in.moejit_version = kVersion;
   in.templates_digest = templates_.digest();
   in.source = source;
   in.nvrtc_version = nvrtc_version_;
-  for (auto& o : compiler_.options_for(spec.arch)) in.options += o + "\n";
-  in.arch = spec.arch.to_text();
+  for (auto& o : compiler_.options_for(arch)) in.options += o + "\n";
+  in.arch = arch.to_text();
   return in;
 }
 
@@ -109,6 +113,62 @@ std::shared_ptr<const CompiledKernel> KernelCache::build(const KernelSpec& spec)
   kernel->outcome = CacheOutcome::compiled;
   disk_.store({kernel->cache_key, spec.to_text(), kernel->resources, kernel->cubin});
   return kernel;
+}
+
+std::shared_ptr<const CompiledSource> KernelCache::get_source(const std::string& spec_text, const Arch& arch,
+                                                              const std::function<GeneratedSource()>& render,
+                                                              CacheOutcome* outcome) {
+  std::promise<std::shared_ptr<const CompiledSource>> promise;
+  std::shared_future<std::shared_ptr<const CompiledSource>> future;
+  bool owner = false;
+  {
+    std::lock_guard lock(sources_mutex_);
+    auto [it, inserted] = sources_.try_emplace(spec_text);
+    if (inserted) {
+      it->second = promise.get_future().share();
+      owner = true;
+    }
+    future = it->second;
+  }
+  if (!owner) {
+    auto kernel = future.get();
+    if (outcome) *outcome = CacheOutcome::memory_hit;
+    return kernel;
+  }
+  try {
+    GeneratedSource source = render();
+    auto kernel = std::make_shared<CompiledSource>();
+    kernel->spec_text = spec_text;
+    kernel->source = source.source;
+    kernel->cache_key = key_inputs(arch, source.source).key();
+    std::optional<CacheEntry> entry = disk_.load(kernel->cache_key);
+    if (entry && entry->spec_text == spec_text) {
+      kernel->cubin = std::move(entry->cubin);
+      kernel->resources = std::move(entry->resources);
+      kernel->outcome = CacheOutcome::disk_hit;
+    } else {
+      if (entry)
+        log_warning_once("spec:" + kernel->cache_key.hex(),
+                         fmt::format("cache entry {} holds spec '{}', expected '{}'; rebuilding it",
+                                     disk_.path_for(kernel->cache_key), entry->spec_text, spec_text));
+      CompileResult compiled = compiler_.compile(spec_text, arch, source, templates_);
+      kernel->cubin = std::move(compiled.cubin);
+      kernel->resources = std::move(compiled.resources);
+      kernel->compile_ms = compiled.wall_ms;
+      kernel->outcome = CacheOutcome::compiled;
+      disk_.store({kernel->cache_key, spec_text, kernel->resources, kernel->cubin});
+    }
+    promise.set_value(kernel);
+    if (outcome) *outcome = kernel->outcome;
+    return kernel;
+  } catch (...) {
+    {
+      std::lock_guard lock(sources_mutex_);
+      sources_.erase(spec_text);
+    }
+    promise.set_exception(std::current_exception());
+    throw;
+  }
 }
 
 }  // namespace moejit

@@ -2,6 +2,7 @@
 // Thread-safe; concurrent requests for one spec share a single compile. A repeated request is
 // answered from a table keyed by the packed spec (spec_key.hpp) without touching the rest.
 #pragma once
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,16 @@ struct CacheKeyInputs {
   Key128 key() const;
 };
 
+// A kernel other than the grouped GEMM (the routing kernels), built through the same key, disk
+// cache and compiler; spec_text is its canonical text, stored in the cache entry.
+struct CompiledSource {
+  std::string spec_text;
+  Key128 cache_key;
+  std::string cubin, resources, source;
+  CacheOutcome outcome = CacheOutcome::compiled;
+  double compile_ms = 0;
+};
+
 class KernelCache {
  public:
   KernelCache(const TemplateStore& templates, NvrtcCompiler compiler, DiskCache disk);
@@ -36,6 +47,12 @@ class KernelCache {
   // outcome (optional): how this call was served.
   std::shared_ptr<const CompiledKernel> get(const KernelSpec& spec, CacheOutcome* outcome = nullptr);
   CacheKeyInputs key_inputs(const KernelSpec& spec, const std::string& source) const;
+  CacheKeyInputs key_inputs(const Arch& arch, const std::string& source) const;
+  // By spec text: memory, then disk (key over the rendered source as for a KernelSpec), then
+  // NVRTC; render() is called on a memory miss only.
+  std::shared_ptr<const CompiledSource> get_source(const std::string& spec_text, const Arch& arch,
+                                                   const std::function<GeneratedSource()>& render,
+                                                   CacheOutcome* outcome = nullptr);
 
   const DiskCache& disk() const { return disk_; }
   const NvrtcCompiler& compiler() const { return compiler_; }
@@ -54,6 +71,8 @@ class KernelCache {
   // Hot path in front of memory_: finished kernels by packed spec (no text, no allocation).
   std::shared_mutex hot_mutex_;
   std::unordered_map<SpecKey, std::shared_ptr<const CompiledKernel>, SpecKeyHash> hot_;
+  std::mutex sources_mutex_;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CompiledSource>>> sources_;
 };
 
 }  // namespace moejit

@@ -57,7 +57,9 @@ inline std::optional<SpecKey> pack_spec(const KernelSpec& s) {
   put(lo, static_cast<int>(s.fusion.activation), 4);
   put(lo, s.warps_m, 5);
   put(lo, s.warps_n, 5);
-  put(lo, s.cluster_m, 4);  // 57 bits
+  put(lo, s.cluster_m, 4);
+  put(lo, s.fusion.atomic, 1);
+  put(lo, static_cast<int>(s.fusion.glu), 1);  // 59 bits
   shift = 0;
   put(hi, s.cluster_n, 4);
   put(hi, s.stages, 8);

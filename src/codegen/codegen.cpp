@@ -24,15 +24,30 @@ const char* scheduler_code(Scheduler s) {
   return s == Scheduler::static_persistent ? "moejit::kSchedulerStatic" : "moejit::kSchedulerDynamic";
 }
 
+// moejit::FusionConfig<gather, scatter, weight, bias, activation, glu, atomic> (common/fusion.cuh).
+std::string fusion_code(const Fusion& f) {
+  static constexpr const char* kActs[] = {"moejit::kActNone", "moejit::kActSilu", "moejit::kActGelu", "moejit::kActSwiglu",
+                                          "moejit::kActSwigluOai"};
+  return fmt::format("moejit::FusionConfig<{}, {}, {}, {}, {}, {}, {}>", f.gather_a, f.scatter_c, f.routing_weight, f.bias,
+                     kActs[static_cast<int>(f.activation)],
+                     f.glu == GluLayout::split ? "moejit::kGluSplit" : "moejit::kGluInterleaved", f.atomic);
+}
+
 }  // namespace
 
 GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& templates) {
   spec.validate();
+  // Fused kernels take one more parameter (FusionParams): their own instantiation files, so
+  // that the unfused kernels' generated sources stay as they were. Fusions are 16-bit only
+  // (KernelSpec::validate), so the FP8 and 4-bit files have no fused twin.
+  const bool fused = spec.fusion.any();
   const char* instantiation = spec.family == KernelFamily::portable && spec.is_weight_only_4bit() ? "portable_w4_grouped_gemm.cu.in"
-                              : spec.family == KernelFamily::portable ? "portable_grouped_gemm.cu.in"
-                              : spec.a == DType::e4m3              ? "hopper_fp8_grouped_gemm.cu.in"
-                              : spec.is_weight_only_4bit()         ? "hopper_w4_grouped_gemm.cu.in"
-                                                                   : "hopper_grouped_gemm.cu.in";
+                              : spec.family == KernelFamily::portable
+                                  ? (fused ? "portable_grouped_gemm_fused.cu.in" : "portable_grouped_gemm.cu.in")
+                              : spec.a == DType::e4m3      ? "hopper_fp8_grouped_gemm.cu.in"
+                              : spec.is_weight_only_4bit() ? "hopper_w4_grouped_gemm.cu.in"
+                              : fused                      ? "hopper_grouped_gemm_fused.cu.in"
+                                                           : "hopper_grouped_gemm.cu.in";
   GeneratedSource out;
   out.file_name = fmt::format("moejit_{}.cu", spec.key().hex());
   out.source = fmt::format(
@@ -42,7 +57,7 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
       fmt::arg("type_c", dtype_code(spec.c)), fmt::arg("layout", layout_code(spec.layout)),
       fmt::arg("scheduler", scheduler_code(spec.scheduler)), fmt::arg("smem_bytes", spec.dynamic_smem_bytes()),
       fmt::arg("threads", spec.threads_per_cta()), fmt::arg("min_ctas", spec.min_ctas_per_sm()),
-      fmt::arg("cluster_n", spec.cluster_n));
+      fmt::arg("cluster_n", spec.cluster_n), fmt::arg("fusion", fusion_code(spec.fusion)));
   return out;
 }
 

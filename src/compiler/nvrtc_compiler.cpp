@@ -133,7 +133,7 @@ static Program create_program(const GeneratedSource& source, const TemplateStore
   return prog;
 }
 
-static void compile_or_throw(nvrtcProgram prog, const std::vector<std::string>& opts, const KernelSpec& spec,
+static void compile_or_throw(nvrtcProgram prog, const std::vector<std::string>& opts, std::string_view what,
                              const GeneratedSource& source, const TemplateStore& templates) {
   std::vector<const char*> argv;
   for (auto& o : opts) argv.push_back(o.c_str());
@@ -141,16 +141,21 @@ static void compile_or_throw(nvrtcProgram prog, const std::vector<std::string>& 
   if (result != NVRTC_SUCCESS) {
     std::string log = program_log(prog);
     throw CompileError(fmt::format("NVRTC could not compile kernel\n  spec: {}\n  templates: {}\n  result: {}\n--- log\n{}\n{}",
-                                   spec.to_text(), templates.origin(), nvrtcGetErrorString(result), log,
+                                   what, templates.origin(), nvrtcGetErrorString(result), log,
                                    error_excerpts(log, source, templates)));
   }
 }
 
 CompileResult NvrtcCompiler::compile(const KernelSpec& spec, const GeneratedSource& source,
                                      const TemplateStore& templates) const {
+  return compile(spec.to_text(), spec.arch, source, templates);
+}
+
+CompileResult NvrtcCompiler::compile(std::string_view what, const Arch& arch, const GeneratedSource& source,
+                                     const TemplateStore& templates) const {
   auto start = std::chrono::steady_clock::now();
   Program prog = create_program(source, templates);
-  compile_or_throw(prog.handle, options_for(spec.arch), spec, source, templates);
+  compile_or_throw(prog.handle, options_for(arch), what, source, templates);
   CompileResult out;
   size_t size = 0;
   check(nvrtcGetCUBINSize(prog.handle, &size), "nvrtcGetCUBINSize");
@@ -167,7 +172,7 @@ std::string NvrtcCompiler::ptx(const KernelSpec& spec, const GeneratedSource& so
   auto opts = options_for(spec.arch);
   opts[0] = fmt::format("-arch=compute_{}{}", spec.arch.sm(), spec.arch.arch_specific ? "a" : "");
   std::erase(opts, std::string("--ptxas-options=-v"));
-  compile_or_throw(prog.handle, opts, spec, source, templates);
+  compile_or_throw(prog.handle, opts, spec.to_text(), source, templates);
   size_t size = 0;
   check(nvrtcGetPTXSize(prog.handle, &size), "nvrtcGetPTXSize");
   std::string ptx(size, '\0');

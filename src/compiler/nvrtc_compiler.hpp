@@ -1,6 +1,7 @@
 // Stage 3a: generated source -> cubin with NVRTC. Needs no GPU.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "codegen/codegen.hpp"
@@ -32,6 +33,9 @@ class NvrtcCompiler {
 
   // Throws CompileError holding the spec, the log and the source lines around each error.
   CompileResult compile(const KernelSpec& spec, const GeneratedSource& source, const TemplateStore& templates) const;
+  // The same for kernels that are not grouped GEMMs (routing): `what` is their spec text.
+  CompileResult compile(std::string_view what, const Arch& arch, const GeneratedSource& source,
+                        const TemplateStore& templates) const;
   // PTX for inspection (compiled for the virtual arch compute_XX).
   std::string ptx(const KernelSpec& spec, const GeneratedSource& source, const TemplateStore& templates) const;
 

@@ -56,6 +56,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   spec.a = spec.b = problem.ab_type;
   if (problem.b_type) spec.b = *problem.b_type;
   spec.c = problem.c_type;
+  spec.fusion = problem.fusion;
 
   // Mean rows per non-empty group decides whether 128-row tiles are mostly filled.
   long long active = 0, rows = 0;
@@ -103,7 +104,9 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   // (4096 tokens), where the pair's per-tile handshake is not amortized, and in memory-bound
   // launches (DeepSeek-V3 4096: 128 rows per expert). Hence: K >= 4096, >= 256 rows per group
   // and at least 5000 k-blocks of 128x256 tiles per SM.
-  if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 4096 && mean_rows >= 256) {
+  // Gathered A rows are not multicast: fuse=gather keeps single CTAs.
+  if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 4096 && mean_rows >= 256 &&
+      !problem.fusion.gather_a) {
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
     if (tiles * k_blocks >= 5000LL * std::max(sm_count, 1)) spec.cluster_n = kHopperLargePair.cluster_n;
   }

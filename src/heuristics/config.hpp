@@ -18,6 +18,7 @@ struct GemmProblem {
   long long total_rows = 0;       // contiguous: ΣM; masked: an estimate of valid rows if known, else capacity × groups
   std::span<const int> group_rows;  // per-group valid rows when known (may be empty)
   std::optional<DType> b_type;      // B's type where it differs from ab_type (mxfp4 | nvfp4)
+  Fusion fusion{};                  // built into the chosen spec (configs that cannot take it are avoided)
 };
 
 // Chooses family, tile, stages and scheduler for the arch. Documented in docs/design.md.

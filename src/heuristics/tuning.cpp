@@ -33,9 +33,15 @@ constexpr TileConfig kPortableTiles[] = {
 }  // namespace
 
 std::string ShapeBucket::to_text() const {
-  return fmt::format("layout={},ab={},c={},groups={},n={},k={},rows<={},active<={}{}{}", moejit::to_text(layout),
-                     moejit::to_text(ab_type), moejit::to_text(c_type), num_groups, n, k, 1ll << rows_log2,
-                     1ll << active_log2, b_type == ab_type ? "" : ",b=", b_type == ab_type ? "" : moejit::to_text(b_type));
+  std::string out = fmt::format("layout={},ab={},c={},groups={},n={},k={},rows<={},active<={}{}{}", moejit::to_text(layout),
+                                moejit::to_text(ab_type), moejit::to_text(c_type), num_groups, n, k, 1ll << rows_log2,
+                                1ll << active_log2, b_type == ab_type ? "" : ",b=",
+                                b_type == ab_type ? "" : moejit::to_text(b_type));
+  if (fusion.any()) {
+    out += ',';
+    out += moejit::to_text(fusion);
+  }
+  return out;
 }
 
 std::optional<ShapeBucket> ShapeBucket::parse(std::string_view text) {
@@ -69,12 +75,22 @@ std::optional<ShapeBucket> ShapeBucket::parse(std::string_view text) {
       !number(take("rows<="), rows) || !number(take("active<="), active))
     return std::nullopt;
   b.b_type = b.ab_type;
-  if (!text.empty()) {
+  if (text.starts_with("b=")) {
     auto b_text = take("b=");
     if (b_text == moejit::to_text(DType::mxfp4)) b.b_type = DType::mxfp4;
     else if (b_text == moejit::to_text(DType::nvfp4)) b.b_type = DType::nvfp4;
     else return std::nullopt;
-    if (b.ab_type != DType::bf16 || !text.empty()) return std::nullopt;
+    if (b.ab_type != DType::bf16) return std::nullopt;
+  }
+  if (!text.empty()) {
+    // Fused buckets: the fusion fields of a spec's text, exactly as to_text() writes them.
+    if (!text.starts_with("fuse=")) return std::nullopt;
+    try {
+      b.fusion = KernelSpec::parse(text).fusion;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    if (!b.fusion.any() || moejit::to_text(b.fusion) != text) return std::nullopt;
   }
   if (groups < 1 || groups > INT32_MAX || n < 1 || n > INT32_MAX || k < 1 || k > INT32_MAX) return std::nullopt;
   if (rows < 1 || !std::has_single_bit(static_cast<std::uint64_t>(rows)) || active < 1 ||
@@ -105,7 +121,10 @@ std::size_t ShapeBucketHash::operator()(const ShapeBucket& b) const noexcept {
   std::uint64_t x = (std::uint64_t)(unsigned)b.n | (std::uint64_t)(unsigned)b.k << 32;
   std::uint64_t y = (std::uint64_t)(unsigned)b.num_groups | (std::uint64_t)b.layout << 32 | (std::uint64_t)b.ab_type << 34 |
                     (std::uint64_t)b.c_type << 36 | (std::uint64_t)b.rows_log2 << 40 | (std::uint64_t)b.active_log2 << 48 |
-                    (std::uint64_t)b.b_type << 56;
+                    (std::uint64_t)b.b_type << 53;
+  const Fusion& f = b.fusion;
+  y ^= (std::uint64_t)(f.gather_a | f.scatter_c << 1 | f.routing_weight << 2 | f.bias << 3 | f.atomic << 4 |
+                       (int)f.glu << 5 | (int)f.activation << 6) << 56;
   x ^= y * 0x9e3779b97f4a7c15ull;
   x ^= x >> 31;
   x *= 0xbf58476d1ce4e5b9ull;

@@ -21,6 +21,7 @@
 #include "moejit/errors.hpp"
 #include "moejit/moejit.hpp"
 #include "moejit/params.cuh"
+#include "runtime/runtime_internal.hpp"
 #include "runtime/tuner.hpp"
 #include "runtime/validate.hpp"
 #include "util/log.hpp"
@@ -58,6 +59,12 @@ struct Runtime::Impl {
   std::map<std::string, TunedEntry> tuned;
   std::mutex counters_mutex;
   std::map<Stream, DeviceBuffer> tile_counters;  // dynamic scheduler: one self-resetting int per stream
+  // Routing kernels (src/runtime/routing.cpp): modules by spec text, functions by spec text + entry.
+  std::mutex extra_mutex;
+  std::unordered_map<std::string, CUmodule> extra_modules;
+  std::unordered_map<std::string, CUfunction> extra_functions;
+  std::shared_mutex extra_hot_mutex;
+  std::unordered_map<std::uint64_t, CUfunction> extra_by_key;
 
   Impl(RuntimeOptions o, Arch a)
       : options(o), arch(a), cache(TemplateStore::current(), NvrtcCompiler({o.line_info}), DiskCache(DiskCache::default_dir())) {}
@@ -147,7 +154,10 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
     rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
     active = args.num_groups;
   }
-  return ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type);
+  ShapeBucket bucket =
+      ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type);
+  bucket.fusion = args.fusion;
+  return bucket;
 }
 
 void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmArgs& args,
@@ -179,6 +189,22 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   config.sharedMemBytes = spec.dynamic_smem_bytes();
   config.hStream = reinterpret_cast<CUstream>(stream);
 
+  // Fused kernels take FusionParams as one more parameter (kernel_templates/moejit/params.cuh).
+  const Fusion& fusion = spec.fusion;
+  const bool fused = fusion.any();
+  FusionParams fp{};
+  const int n_out = fusion.glu_activation() ? args.n / 2 : args.n;
+  if (fused) {
+    fp.gather_rows = args.gather_rows;
+    fp.scatter_rows = args.scatter_rows;
+    fp.routing_weights = args.routing_weights;
+    fp.bias = args.bias;
+    fp.num_tokens = args.num_tokens;
+    fp.num_out_rows = args.num_out_rows;
+    fp.n_out = n_out;
+  }
+
+  // FP8 and 4-bit kernels take no fusions (KernelSpec::validate).
   if (spec.family == KernelFamily::hopper && spec.a == DType::e4m3) {
     // FP8 (hopper_fp8/): one stage is a 128-wide K block of e4m3 bytes (a 128-byte swizzle row);
     // A in tile-high boxes, B in tile-wide boxes; C is stored from registers (no tensor map).
@@ -198,12 +224,19 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   } else if (spec.family == KernelFamily::hopper) {
     // A in 64-row boxes (a 128-row tile whose group ends in its first half loads one), B in
     // tile-wide boxes, C (the TMA-store epilogue) in 64-row boxes of 128 bytes: all 128B-swizzled.
+    // Fusions: split-GLU B comes in boxes of half a consumer slice; C is [rows or num_out_rows, n_out].
     std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
-    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, 64, 64);
-    TmaDescriptor tma_b =
-        make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k, spec.tile.n, 64);
-    TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, rows, args.n, 64, 128 / element_bytes(spec.c));
-    void* params[] = {&p, &tma_a, &tma_b, &tma_c};
+    const int slice_n = spec.tile.m == 64 ? spec.tile.n / 2 : spec.tile.n;
+    // (fuse=gather copies A with cp.async; the map over [num_tokens, K] is then only a valid placeholder.)
+    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, fusion.gather_a ? (std::uint64_t)args.num_tokens : rows,
+                                               args.k, 64, 64);
+    TmaDescriptor tma_b = make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k,
+                                               fusion.glu_activation() && fusion.glu == GluLayout::split ? slice_n / 2
+                                                                                                          : spec.tile.n,
+                                               64);
+    std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
+    TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c));
+    void* params[] = {&p, &tma_a, &tma_b, &tma_c, &fp};  // the unfused kernel takes the first four
     CUlaunchAttribute cluster{};
     if (spec.cluster_n == 2) {
       // CTA pairs on neighbouring N tiles (A multicast): an even grid, one pair at least.
@@ -216,7 +249,7 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     }
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else {
-    void* params[] = {&p};
+    void* params[] = {&p, &fp};  // the unfused kernel takes the first one
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   }
 }
@@ -267,6 +300,7 @@ Runtime::~Runtime() {
     impl_->tile_counters.clear();
     for (auto& [text, k] : impl_->loaded)
       if (k.module) driver().cuModuleUnload(k.module);
+    for (auto& [text, module] : impl_->extra_modules) driver().cuModuleUnload(module);
     driver().cuDevicePrimaryCtxRelease(impl_->device);
   } catch (...) {
     // Destructors must not throw; the driver reclaims everything at exit.
@@ -333,6 +367,7 @@ GemmProblem problem_of(const GroupedGemmArgs& args, const HostGroups& groups, st
   problem.num_groups = args.num_groups;
   problem.n = args.n;
   problem.k = args.k;
+  problem.fusion = args.fusion;
   problem.total_rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
   if (groups.known) {
     rows.resize(args.num_groups);
@@ -356,7 +391,7 @@ std::optional<KernelSpec> stored_spec(Runtime::Impl& rt, const ShapeBucket& buck
     KernelSpec spec = KernelSpec::parse(text);
     spec.validate();
     if (spec.arch == rt.arch && spec.layout == bucket.layout && spec.a == bucket.ab_type && spec.b == bucket.b_type &&
-        spec.c == bucket.c_type)
+        spec.c == bucket.c_type && spec.fusion == bucket.fusion)
       return spec;
   } catch (const Error&) {
   }
@@ -402,6 +437,7 @@ KernelSpec Runtime::choose_spec(const GroupedGemmArgs& args) const {
 
 std::optional<KernelSpec> Runtime::tuned_spec(const GroupedGemmArgs& args) {
   validate_args(args);
+  validate_fusion_args(args, args.fusion);
   if (impl_->has_device) impl_->make_current();
   HostGroups groups;
   if (!args.host_groups.empty() || impl_->has_device) groups = host_groups(args);
@@ -413,6 +449,7 @@ std::string Runtime::tuning_file() const { return impl_->tuning.path(); }
 
 void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
   validate_args(args);
+  validate_fusion_args(args, args.fusion);
   if (!impl_->has_device) throw DriverError("Runtime::grouped_gemm: this runtime is offline", CUDA_ERROR_NO_DEVICE);
   impl_->make_current();
   HostGroups groups = host_groups(args);
@@ -444,6 +481,7 @@ void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
 
 TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneOptions& options) {
   validate_args(args);
+  validate_fusion_args(args, args.fusion);
   if (!impl_->has_device) throw DriverError("Runtime::tune: this runtime is offline: tuning times kernels on a GPU", CUDA_ERROR_NO_DEVICE);
   if (!(options.ms_per_candidate > 0 && options.ms_per_candidate <= 60000))
     throw InvalidArgument(fmt::format("Runtime::tune: ms_per_candidate={} (expected > 0 and at most 60000)", options.ms_per_candidate));
@@ -494,6 +532,45 @@ TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneO
   std::unique_lock lock(impl_->hot_mutex);
   impl_->by_bucket.insert_or_assign(bucket, best);
   return result;
+}
+
+KernelCache& runtime_cache(Runtime& rt) { return rt.impl().cache; }
+
+void runtime_make_current(Runtime& rt) { rt.impl().make_current(); }
+
+CUfunction runtime_function(Runtime& rt, const std::string& spec_text, const char* entry,
+                            const std::function<std::string()>& cubin) {
+  Runtime::Impl& impl = rt.impl();
+  if (!impl.has_device)
+    throw DriverError(fmt::format("{}: this runtime is offline ({}); it can compile but not load kernels", spec_text,
+                                  impl.arch.to_text()),
+                      CUDA_ERROR_NO_DEVICE);
+  std::string name = spec_text + "|" + entry;
+  std::lock_guard lock(impl.extra_mutex);
+  if (auto it = impl.extra_functions.find(name); it != impl.extra_functions.end()) return it->second;
+  auto module = impl.extra_modules.find(spec_text);
+  if (module == impl.extra_modules.end()) {
+    std::string bytes = cubin();
+    impl.make_current();
+    CUmodule loaded = nullptr;
+    MOEJIT_CU(driver().cuModuleLoadData(&loaded, bytes.data()));
+    module = impl.extra_modules.emplace(spec_text, loaded).first;
+  }
+  CUfunction function = nullptr;
+  MOEJIT_CU(driver().cuModuleGetFunction(&function, module->second, entry));
+  impl.extra_functions.emplace(std::move(name), function);
+  return function;
+}
+
+CUfunction runtime_cached_function(Runtime& rt, std::uint64_t key) {
+  std::shared_lock lock(rt.impl().extra_hot_mutex);
+  auto it = rt.impl().extra_by_key.find(key);
+  return it == rt.impl().extra_by_key.end() ? nullptr : it->second;
+}
+
+void runtime_remember_function(Runtime& rt, std::uint64_t key, CUfunction function) {
+  std::unique_lock lock(rt.impl().extra_hot_mutex);
+  rt.impl().extra_by_key.try_emplace(key, function);
 }
 
 }  // namespace moejit

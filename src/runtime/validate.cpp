@@ -78,7 +78,42 @@ void validate_args(const GroupedGemmArgs& a) {
   (void)rows;
 }
 
+void validate_fusion_args(const GroupedGemmArgs& a, const Fusion& f) {
+  // The FP8 and 4-bit kernels have no fused epilogue (docs/design.md, "Fusions": gaps).
+  if (f.any() && (a.ab_type == DType::e4m3 || a.b_format() != a.ab_type))
+    bad("fusion ({}) with ab_type={}, b_type={}: fusions are implemented for bf16/f16 operands only", to_text(f),
+        to_text(a.ab_type), to_text(a.b_format()));
+  // Each pointer exactly when its flag is set; a pointer (or count) without its flag is an error
+  // too, so that a forgotten flag cannot silently drop a fusion the caller meant to have.
+  if (f.gather_a) {
+    check_pointer(a.gather_rows, "gather_rows (fuse=gather)", 4);
+    if (a.num_tokens < 1) bad("num_tokens={} with fuse=gather (expected the rows of A in token order, >= 1)", a.num_tokens);
+  } else {
+    if (a.gather_rows) bad("gather_rows is set without fuse=gather (in the kernel's spec or args.fusion)");
+    if (a.num_tokens != 0) bad("num_tokens={} is set without fuse=gather (in the kernel's spec or args.fusion)", a.num_tokens);
+  }
+  if (f.scatter_c) {
+    check_pointer(a.scatter_rows, "scatter_rows (fuse=scatter)", 4);
+    if (a.num_out_rows < 1) bad("num_out_rows={} with fuse=scatter (expected the rows of C, >= 1)", a.num_out_rows);
+  } else {
+    if (a.scatter_rows) bad("scatter_rows is set without fuse=scatter (in the kernel's spec or args.fusion)");
+    if (a.num_out_rows != 0) bad("num_out_rows={} is set without fuse=scatter (in the kernel's spec or args.fusion)", a.num_out_rows);
+  }
+  if (f.routing_weight) check_pointer(a.routing_weights, "routing_weights (fuse=weight)", 4);
+  else if (a.routing_weights) bad("routing_weights is set without fuse=weight (in the kernel's spec or args.fusion)");
+  if (f.bias) check_pointer(a.bias, "bias (fuse=bias)", 4);
+  else if (a.bias) bad("bias is set without fuse=bias (in the kernel's spec or args.fusion)");
+  if (f.atomic && !f.scatter_c) bad("fusion: fuse=atomic needs fuse=scatter");
+  if (f.atomic && a.c_type != DType::f32) bad("c_type={} with fuse=atomic (atomic accumulation needs f32)", to_text(a.c_type));
+  if (f.glu_activation() && a.n % 16)
+    bad("n={} with act={}: a GLU activation writes n/2 columns, which must be a multiple of 8 (expected n % 16 == 0)", a.n,
+        to_text(f.activation));
+}
+
 void validate_args_match_spec(const GroupedGemmArgs& a, const KernelSpec& spec) {
+  if (a.fusion.any() && !(a.fusion == spec.fusion))
+    bad("fusion (fuse/act/glu of the args) differs from the kernel's: it was built for {}", spec.to_text());
+  validate_fusion_args(a, spec.fusion);
   if (a.layout != spec.layout)
     bad("layout={} but the kernel was built for layout={}", to_text(a.layout), to_text(spec.layout));
   if (a.ab_type != spec.a) bad("ab_type={} but the kernel was built for a={}", to_text(a.ab_type), to_text(spec.a));

@@ -10,7 +10,10 @@ namespace moejit {
 
 // Shape, pointer and type checks that need no device access.
 void validate_args(const GroupedGemmArgs& args);
-// Checks that the spec was built for these args (layout, dtypes).
+// Fusion pointers and counts against the fusions `f` (required exactly when the flag is set).
+// Index ranges (gather_rows, scatter_rows) live on the device and are not checked.
+void validate_fusion_args(const GroupedGemmArgs& args, const Fusion& f);
+// Checks that the spec was built for these args (layout, dtypes, fusions and their pointers).
 void validate_args_match_spec(const GroupedGemmArgs& args, const KernelSpec& spec);
 // Checks the per-group row description (offsets or counts); `groups` is its host copy.
 void validate_groups(const GroupedGemmArgs& args, std::span<const int> groups);

@@ -50,6 +50,8 @@ constexpr EnumNames<Activation, 5> kActivations{{{{Activation::none, "none"},
                                                   {Activation::swiglu, "swiglu"},
                                                   {Activation::swiglu_oai, "swiglu_oai"}}}};
 
+constexpr EnumNames<GluLayout, 2> kGluLayouts{{{{GluLayout::interleaved, "interleaved"}, {GluLayout::split, "split"}}}};
+
 int parse_int(std::string_view field, std::string_view text) {
   int value = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -75,17 +77,20 @@ std::vector<int> parse_dims(std::string_view field, std::string_view text, std::
 std::string fusion_text(const Fusion& f) {
   std::string out;
   auto add = [&](bool on, const char* name) {
-    if (on) out += (out.empty() ? "" : "+") + std::string(name);
+    if (!on) return;
+    if (!out.empty()) out += '+';
+    out += name;
   };
   add(f.gather_a, "gather");
   add(f.scatter_c, "scatter");
   add(f.routing_weight, "weight");
   add(f.bias, "bias");
+  add(f.atomic, "atomic");
   return out.empty() ? "none" : out;
 }
 
 void parse_fusion(std::string_view value, Fusion& f) {
-  f.gather_a = f.scatter_c = f.routing_weight = f.bias = false;
+  f.gather_a = f.scatter_c = f.routing_weight = f.bias = f.atomic = false;
   if (value == "none") return;
   std::size_t start = 0;
   while (start <= value.size()) {
@@ -95,7 +100,8 @@ void parse_fusion(std::string_view value, Fusion& f) {
     else if (item == "scatter") f.scatter_c = true;
     else if (item == "weight") f.routing_weight = true;
     else if (item == "bias") f.bias = true;
-    else throw SpecError(fmt::format("spec field 'fuse': unknown fusion '{}' (allowed: none or a '+'-joined set of gather|scatter|weight|bias)", item));
+    else if (item == "atomic") f.atomic = true;
+    else throw SpecError(fmt::format("spec field 'fuse': unknown fusion '{}' (allowed: none or a '+'-joined set of gather|scatter|weight|bias|atomic)", item));
     if (plus == std::string_view::npos) break;
     start = plus + 1;
   }
@@ -108,7 +114,14 @@ std::string_view to_text(GroupLayout v) { return kLayouts.text(v); }
 std::string_view to_text(DType v) { return kDTypes.text(v); }
 std::string_view to_text(Scheduler v) { return kSchedulers.text(v); }
 std::string_view to_text(Activation v) { return kActivations.text(v); }
+std::string_view to_text(GluLayout v) { return kGluLayouts.text(v); }
 int element_bytes(DType t) { return t == DType::f32 ? 4 : t == DType::bf16 || t == DType::f16 ? 2 : 1; }
+
+std::string to_text(const Fusion& f) {
+  std::string out = fmt::format("fuse={},act={}", fusion_text(f), moejit::to_text(f.activation));
+  if (f.glu_activation() || f.glu != GluLayout::interleaved) out += fmt::format(",glu={}", moejit::to_text(f.glu));
+  return out;
+}
 
 std::string Arch::to_text() const { return fmt::format("sm_{}{}{}", major, minor, arch_specific ? "a" : ""); }
 
@@ -140,8 +153,8 @@ std::string KernelSpec::to_text() const {
                                 moejit::to_text(family), arch.to_text(), moejit::to_text(layout), moejit::to_text(a),
                                 moejit::to_text(b), moejit::to_text(c), moejit::to_text(acc), tile.m, tile.n, tile.k, stages);
   if (family == KernelFamily::portable) out += fmt::format(",warps={}x{}", warps_m, warps_n);
-  out += fmt::format(",cluster={}x{},sched={},fuse={},act={}", cluster_m, cluster_n, moejit::to_text(scheduler),
-                     fusion_text(fusion), moejit::to_text(fusion.activation));
+  // glu= is printed only where it means something (or was set), so that unfused specs keep their text and key.
+  out += fmt::format(",cluster={}x{},sched={},{}", cluster_m, cluster_n, moejit::to_text(scheduler), moejit::to_text(fusion));
   return out;
 }
 
@@ -213,12 +226,14 @@ KernelSpec KernelSpec::parse(std::string_view text) {
   if (auto v = take("sched")) s.scheduler = kSchedulers.parse("sched", *v);
   if (auto v = take("fuse")) parse_fusion(*v, s.fusion);
   if (auto v = take("act")) s.fusion.activation = kActivations.parse("act", *v);
+  if (auto v = take("glu")) s.fusion.glu = kGluLayouts.parse("glu", *v);
 
-  static constexpr std::array<std::string_view, 14> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
-                                                              "tile",   "stages", "warps", "cluster", "sched", "fuse", "act"};
+  static constexpr std::array<std::string_view, 15> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
+                                                              "tile",   "stages", "warps", "cluster", "sched", "fuse", "act",
+                                                              "glu"};
   for (auto& [name, value] : fields)
     if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end())
-      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act)", name));
+      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu)", name));
   return s;
 }
 
@@ -248,7 +263,8 @@ int KernelSpec::dynamic_smem_bytes() const {
   // Portable: the cp.async ring (rows padded by 16 bytes against bank conflicts), reused by
   // the epilogue to stage C for 16-byte stores.
   int ring = stages * (tile.m + tile.n) * (tile.k + 8) * 2;
-  int staging = tile.m * (tile.n + 8) * element_bytes(c);
+  // Fused kernels with a bias or routing weights keep them (fp32) after the staging tile.
+  int staging = tile.m * (tile.n + 8) * element_bytes(c) + (fusion.bias || fusion.routing_weight ? (tile.m + tile.n) * 4 : 0);
   return std::max(ring, staging);
 }
 
@@ -256,7 +272,10 @@ int KernelSpec::min_ctas_per_sm() const {
   // Measured on the H100 (docs/perf.md): 128x128 tiles with 8 warps run 10-30% faster with
   // two CTAs per SM (registers capped at 128, no spills at BK=32 with 16-bit C; fp32 C spills).
   // FP8 keeps a second accumulator (the promoted sum): one CTA per SM, no spills.
-  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32 && c != DType::f32 && a != DType::e4m3)
+  // Fused portable kernels on sm_90 (where the heuristic takes the hopper family) keep one CTA:
+  // at two, ptxas spilled a register in a few of them (e.g. fuse=weight, 128x128 dynamic).
+  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32 && c != DType::f32 && a != DType::e4m3 &&
+      !(fusion.any() && arch.sm() >= 90))
     return 2;
   return 1;
 }
@@ -271,7 +290,21 @@ void KernelSpec::validate() const {
     fail("b={} with a={} (allowed: b equal to a, or a=bf16 with b=mxfp4|nvfp4)", moejit::to_text(b), moejit::to_text(a));
   if (acc != DType::f32) fail("acc={} (allowed: f32)", moejit::to_text(acc));
   if (stages < 2 || stages > 8) fail("stages={} (allowed: 2..8)", stages);
-  if (fusion.any()) fail("fusions (fuse={}, act={}) are not implemented yet", fusion_text(fusion), moejit::to_text(fusion.activation));
+  if (fusion.any()) {
+    // Fusions are implemented in the bf16/f16 kernels of both families (docs/design.md, "Fusions").
+    if (a == DType::e4m3)
+      fail("fusions (fuse={}, act={}) with a=e4m3: the FP8 kernels (both families) have no fused epilogue yet",
+           fusion_text(fusion), moejit::to_text(fusion.activation));
+    if (is_weight_only_4bit())
+      fail("fusions (fuse={}, act={}) with b={}: the 4-bit weight-only kernels (both families) have no fused epilogue yet",
+           fusion_text(fusion), moejit::to_text(fusion.activation), moejit::to_text(b));
+    if (fusion.atomic && !fusion.scatter_c) fail("fuse=atomic needs fuse=scatter (atomics accumulate scattered rows)");
+    if (fusion.atomic && c != DType::f32) fail("fuse=atomic with c={} (atomic accumulation needs c=f32)", moejit::to_text(c));
+    if (fusion.gather_a && family == KernelFamily::hopper && cluster_n != 1)
+      fail("fuse=gather with cluster={}x{} (gathered A rows are not multicast: use cluster=1x1)", cluster_m, cluster_n);
+  }
+  if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
+    fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));
   if (cluster_m != 1 || cluster_n != 1) {
     // Hopper: pairs of CTAs on neighbouring N tiles share A through TMA multicast.
     bool hopper_pair = family == KernelFamily::hopper && cluster_m == 1 && cluster_n == 2 && tile.m == 128;

@@ -5,8 +5,9 @@ Layer, as the models define it (BF16 weights, FP32 routing math):
   route    router logits -> top-k experts and routing weights per token
              gpt-oss-120b:  top-k of the logits, softmax over the k chosen
              qwen3-30b-a3b: softmax over all experts, top-k, renormalized
-             deepseek-v3:   sigmoid scores, top-k, renormalized (the group-limited choice and the
-                            bias correction of the real model are left out: same work for the GEMMs)
+             deepseek-v3:   sigmoid scores; top-k of score + correction bias among the 4 of 8
+                            expert groups with the best sum of their two best; weights = the chosen
+                            scores renormalized, x2.5 (as examples/moe_layer and moejit::route do)
   permute  rows sorted by expert (stable), per-expert offsets, A gathered by token index
   GEMM1    [rows, H] x W1[e]^T -> [rows, 2I] (+ per-expert bias for gpt-oss), then the activation:
              gpt-oss: SwiGLU on interleaved gate/up, gate clamped at 7, linear part at +-7,
@@ -29,7 +30,7 @@ from triton.testing import do_bench
 
 MODELS = {  # name: (experts, topk, hidden, intermediate, routing, interleaved_oai_swiglu, bias)
     "gpt-oss-120b": (128, 4, 2880, 2880, "topk_softmax", True, True),
-    "deepseek-v3": (256, 8, 7168, 2048, "sigmoid_topk", False, False),
+    "deepseek-v3": (256, 8, 7168, 2048, "sigmoid_group_topk", False, False),
     "qwen3-30b-a3b": (128, 8, 2048, 768, "softmax_topk", False, False),
 }
 
@@ -38,10 +39,20 @@ def median_ms(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def route(logits, topk, kind):
+def route(logits, topk, kind, correction_bias=None, groups=8, topk_groups=4, scaling=2.5):
     if kind == "topk_softmax":
         vals, idx = torch.topk(logits, topk, dim=-1)
         return idx, torch.softmax(vals, dim=-1)
+    if kind == "sigmoid_group_topk":
+        tokens, experts = logits.shape
+        scores = torch.sigmoid(logits)
+        choice = scores + correction_bias
+        group_score = choice.view(tokens, groups, -1).topk(2, dim=-1)[0].sum(dim=-1)
+        kept = torch.zeros_like(group_score).scatter_(1, group_score.topk(topk_groups, dim=-1)[1], 1.0)
+        kept = kept.bool().unsqueeze(-1).expand(tokens, groups, experts // groups).reshape(tokens, experts)
+        idx = choice.masked_fill(~kept, float("-inf")).topk(topk, dim=-1)[1]
+        vals = scores.gather(1, idx)
+        return idx, vals / (vals.sum(dim=-1, keepdim=True) + 1e-20) * scaling
     scores = torch.softmax(logits, dim=-1) if kind == "softmax_topk" else torch.sigmoid(logits)
     vals, idx = torch.topk(scores, topk, dim=-1)
     return idx, vals / vals.sum(dim=-1, keepdim=True)
@@ -63,10 +74,11 @@ def make_layer(E, topk, H, I, kind, oai, bias):
     w2 = torch.randn(E, H, I, device=dev, dtype=torch.bfloat16) * I**-0.5
     b1 = torch.randn(E, 2 * I, device=dev, dtype=torch.bfloat16) * 0.1 if bias else None
     b2 = torch.randn(E, H, device=dev, dtype=torch.bfloat16) * 0.1 if bias else None
+    corr = torch.randn(E, device=dev) * 0.05 if kind == "sigmoid_group_topk" else None
     w1t, w2t = w1.transpose(-2, -1), w2.transpose(-2, -1)  # [E, K, N] views of [E, N, K] storage
 
     def permute(x, logits):
-        idx, weights = route(logits.float(), topk, kind)
+        idx, weights = route(logits.float(), topk, kind, corr)
         flat_e = idx.flatten()
         order = torch.argsort(flat_e, stable=True)
         counts = torch.zeros(E, device=dev, dtype=torch.int32).scatter_add_(
@@ -86,7 +98,7 @@ def make_layer(E, topk, H, I, kind, oai, bias):
         return torch.zeros_like(x).index_add_(0, token_of_row, y)
 
     def reference(x, logits):  # per token, FP32, straight from the definition
-        idx, weights = route(logits.float(), topk, kind)
+        idx, weights = route(logits.float(), topk, kind, corr)
         out = torch.zeros(x.shape, device=dev, dtype=torch.float32)
         for t in range(x.shape[0]):
             for j in range(topk):

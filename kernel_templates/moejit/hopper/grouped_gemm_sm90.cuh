@@ -22,6 +22,7 @@
 #include "moejit/hopper/warpgroup.cuh"
 #include "moejit/hopper/epilogue.cuh"
 #include "moejit/hopper/cluster.cuh"
+#include "moejit/hopper/fused_epilogue.cuh"
 
 namespace moejit::hopper {
 
@@ -57,10 +58,16 @@ __host__ __device__ constexpr int smem_bytes() {
 // 40 KB instead of 48 KB per k-block from L2. Stage slots are then freed by both CTAs' consumers
 // (the empty barriers count 16 warps, half of them arriving from the peer), and the dynamic
 // scheduler's tile numbers come from rank 0, which writes them into both CTAs' rings.
+//
+// Fuse (common/fusion.cuh) and f (null without fusions): the fusions (docs/design.md, "Fusions"). fuse=gather: the whole
+// producer warp copies A row by row with cp.async into the swizzled stage (tma_a is unused);
+// fuse=bias: the accumulators start at the bias; glu=split: B comes in two boxes per consumer slice (gate rows,
+// up rows; tma_b has kWgN/2-row boxes); the epilogue runs in fused_epilogue.cuh.
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
-          int kClusterN = 1>
+          int kClusterN, class Fuse>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
-                                             const TmaDescriptor& tma_b, const TmaDescriptor& tma_c) {
+                                             const TmaDescriptor& tma_b, const TmaDescriptor& tma_c,
+                                             const FusionParams* f) {
   static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM must be 64 or 128");
   static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 192 || kBlockN == 256,
                 "kBlockN must be 64, 128, 192 or 256 (TMA box <= 256 rows; wgmma_ops.cuh widths)");
@@ -70,6 +77,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   static_assert(kTypeAB == kBF16 || kTypeAB == kF16, "A/B must be bf16 or f16");
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
   static_assert(kClusterN == 1 || (kClusterN == 2 && kBlockM == 128), "clusters: 1x1, or 1x2 with 128-row tiles");
+  static_assert(!(Fuse::gather && kClusterN != 1), "gathered A rows are not multicast: fuse=gather needs cluster 1x1");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // columns one consumer warpgroup computes
@@ -108,7 +116,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     tma_prefetch_descriptor(tma_b);
     if constexpr (kStaged) tma_prefetch_descriptor(tma_c);
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full_bars + 8 * s, 1);
+      // fuse=gather: + one cp.async arrival per producer lane (the rows of A come by cp.async).
+      mbarrier_init(full_bars + 8 * s, Fuse::gather ? 1 + 32 : 1);
       mbarrier_init(empty_bars + 8 * s, kConsumerWarps * kClusterN);
     }
     for (int r = 0; r < kTileRing; ++r) {
@@ -133,7 +142,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   if (warpgroup == 0) {
     // ---------------- producer ----------------
     warpgroup_release_registers<kProducerRegs>();
-    if (threadIdx.x == 0) {
+    // fuse=gather: the whole warp issues the row loads; lane 0 does everything else.
+    const int producer_lane = (int)threadIdx.x;  // < 32 inside
+    const bool producer_leader = !Fuse::gather || producer_lane == 0;  // true at compile time without gather
+    if (Fuse::gather ? threadIdx.x < 32 : threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;
       int ring_slot = 0;
@@ -142,7 +154,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         int tile_index;
         if constexpr (kDynamic) {
           const unsigned slot_full = tile_full_bars + 8 * ring_slot, slot_empty = tile_empty_bars + 8 * ring_slot;
-          if (rank == 0) {
+          if constexpr (Fuse::gather) tile_index = 0;
+          if (!producer_leader) {
+            // fuse=gather (no pairs): lanes 1..31 take lane 0's tile number below.
+          } else if (rank == 0) {
             tile_index = fetch_next_tile(p.tile_counter);
             if constexpr (kPaired) {
               mbarrier_wait_cluster(slot_empty, ring_phase ^ 1);
@@ -158,13 +173,14 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
             tile_index = tile_ring[ring_slot];
             mbarrier_arrive_cluster(cluster_map(slot_empty, 0));
           }
+          if constexpr (Fuse::gather) tile_index = __shfl_sync(0xffffffffu, tile_index, 0);
           if (++ring_slot == kTileRing) ring_slot = 0, ring_phase ^= 1;
         } else {
           tile_index = cluster_id + tile_iter * clusters;
         }
         if (!cursor.seek(p, tile_index, tile)) {
           // Every fetcher's last fetch lands past the end; the last of them resets the counter.
-          if (kDynamic && rank == 0 && tile_index == cursor.tiles_before + clusters - 1) atomicExch(p.tile_counter, 0);
+          if (kDynamic && rank == 0 && producer_leader && tile_index == cursor.tiles_before + clusters - 1) atomicExch(p.tile_counter, 0);
           break;
         }
         const int n_block = tile.n_block * kClusterN + (int)rank;
@@ -174,6 +190,59 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         // A 128-row tile whose group ends in its first half needs only that half of A.
         const bool a_upper = kBlockM == 128 && tile.m_block * kBlockM + 64 < tile.group_rows;
         const unsigned tx_bytes = (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
+        if constexpr (Fuse::gather) {
+          // fuse=gather: the producer warp copies A row by row with cp.async (16-byte chunks into
+          // the 128B-swizzled position: chunk c of tile row r at r * 128 + ((c ^ r % 8) * 16) of the
+          // 1024-byte aligned stage), B by TMA as usual. The full barrier counts lane 0's
+          // arrive.expect_tx (B's bytes) and one cp.async.mbarrier.arrive.noinc per lane, which fires
+          // when that lane's copies have landed. Lane l holds the tokens of tile rows l + 32 i and
+          // hands them out by shuffles: one warp-wide cp.async covers 4 rows x 128 bytes (8 lanes
+          // per row, coalesced). Rows past the group are not copied (their accumulator
+          // rows are never stored); an index outside [0, num_tokens) reads a zero row.
+          constexpr int kRowsPerLane = kBlockM / 32;
+          const int rows_valid = tile.group_rows - tile.m_block * kBlockM;
+          int token[kRowsPerLane];
+#pragma unroll
+          for (int i = 0; i < kRowsPerLane; ++i) {
+            const int r = producer_lane + 32 * i;
+            int t = -1;
+            if (r < rows_valid) t = __ldg(f->gather_rows + a_row + r);
+            token[i] = (unsigned)t < (unsigned)f->num_tokens ? t : -1;
+          }
+          const int chunk = gather_chunk(producer_lane);
+          const unsigned short* const a_base = static_cast<const unsigned short*>(p.a);
+          for (int kb = 0; kb < num_k_blocks; ++kb) {
+            const unsigned full = full_bars + 8 * stage;
+            const unsigned a_stage = a_stages + stage * kABytes;
+            mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+            if (producer_leader) {
+              mbarrier_arrive_expect_tx(full, kBBytes);
+              load_b_tile<kBlockN, kWgN, Fuse::glu_split>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK,
+                                                          tile.group, n_block, p.n);
+            }
+            const int k = kb * kBlockK + chunk * 8;
+            const bool k_valid = k < p.k;  // K % 8 == 0: a chunk is wholly inside or outside K
+            // Rolled inner loop: the producer has 40 registers (unrolled, the addresses spilled).
+#pragma unroll
+            for (int i = 0; i < kRowsPerLane; ++i) {
+#pragma unroll 1
+              for (int step = 0; step < 8; ++step) {
+                // Row r = 32 i + 4 step + lane / 8: its token is lane (r % 32)'s token[i].
+                const int r_in = gather_block_row(producer_lane, step);
+                const int t = __shfl_sync(0xffffffffu, token[i], r_in);
+                const int r = 32 * i + r_in;
+                if (r < rows_valid) {
+                  const bool valid = k_valid && t >= 0;
+                  const unsigned short* src = valid ? a_base + (long long)t * p.k + k : a_base;
+                  cp_async_16_zfill_sm90(a_stage + sw128_offset(r, chunk), src, valid);
+                }
+              }
+            }
+            cp_async_mbarrier_arrive_noinc(full);
+            if (++stage == kStages) stage = 0, phase ^= 1;
+          }
+          continue;
+        }
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           const unsigned full = full_bars + 8 * stage;
           const unsigned a_stage = a_stages + stage * kABytes;
@@ -192,10 +261,18 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
             tma_load_2d(a_stage, tma_a, full, kb * kBlockK, a_row);
             if (a_upper) tma_load_2d(a_stage + kAHalfBytes, tma_a, full, kb * kBlockK, a_row + 64);
           }
-          if (has_b) tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK, b_row);
+          if constexpr (Fuse::glu_split) {
+            if (has_b) load_b_tile<kBlockN, kWgN, true>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK, tile.group, n_block, p.n);
+          } else {
+            if (has_b) tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK, b_row);
+          }
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
+      // fuse=gather: no lane exits with copies (and their barrier arrivals) still in flight; the
+      // PTX ISA does not say what happens to them, and CUTLASS's cp.async producers also wait
+      // (producer_tail) before they exit. Free: nothing is left for the producer to do.
+      if constexpr (Fuse::gather) cp_async_wait_all_sm90();
     }
   } else {
     // ---------------- consumers ----------------
@@ -266,16 +343,22 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         }
         continue;
       }
+      // fuse=bias: the accumulators start at the bias and every wgmma accumulates (loading the
+      // bias in the epilogue held 64 more registers next to the accumulators and spilled).
+      if constexpr (Fuse::bias)
+        init_acc_with_bias<kBlockN, kWgN, Fuse::glu_split>(acc, *f, tile.group, p.n, n_block * kBlockN, tile_col0, lane);
       int prev_stage = 0;
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         mbarrier_wait(full_bars + 8 * stage, phase);
+        // fuse=gather: A came through the generic proxy (cp.async); order it before wgmma's reads.
+        if constexpr (Fuse::gather) fence_proxy_async_shared();
         const unsigned a_tile = a_stages + stage * kABytes + a_offset;
         const unsigned b_tile = b_stages + stage * kBBytes + b_offset;
         wgmma_fence_operands(acc);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < kBlockK / 16; ++k) {
-          Mma::mma(acc, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), (kb | k) != 0);
+          Mma::mma(acc, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), Fuse::bias || (kb | k) != 0);
         }
         wgmma_commit();
         wgmma_fence_operands(acc);
@@ -291,7 +374,12 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       if (num_k_blocks > 0 && lane == 0) release_stage(empty_bars + 8 * prev_stage);
 
       const int n0 = n_block * kBlockN + tile_col0;
-      if constexpr (kStaged) {
+      if constexpr (Fuse::epilogue) {
+        fused_epilogue<kTypeC, kWgN, kStaged, Fuse>(p, *f, tma_c, acc, c_staging + consumer * kCStageBytesPerConsumer,
+                                                    tile.group, tile.row_begin, tile.group_rows, m_first,
+                                                    min(rows_here, 64), n_block * kBlockN, tile_col0, warp_in_group,
+                                                    lane, 1 + consumer, c_buffer);
+      } else if constexpr (kStaged) {
         store_accumulators_staged<kTypeC, kWgN>(p, tma_c, acc, c_staging + consumer * kCStageBytesPerConsumer,
                                                 tile.row_begin + m_first, min(rows_here, 64), n0, warp_in_group,
                                                 lane, 1 + consumer, c_buffer);
@@ -305,6 +393,15 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   }
   // Paired: neither CTA exits while the peer may still arrive on its barriers.
   if constexpr (kPaired) cluster_sync();
+}
+
+// The unfused kernel (its generated code is unchanged by the fusions).
+template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
+          int kClusterN = 1>
+__device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
+                                             const TmaDescriptor& tma_b, const TmaDescriptor& tma_c) {
+  grouped_gemm<kBlockM, kBlockN, kStages, kTypeAB, kTypeC, kLayout, kScheduler, kClusterN, NoFusion>(
+      p, tma_a, tma_b, tma_c, nullptr);  // a pointer: a FusionParams{} temporary renumbered the PTX
 }
 
 }  // namespace moejit::hopper

@@ -50,4 +50,16 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// fuse=gather: 16 bytes global -> shared by cp.async (zeros where !valid), and an arrival on an
+// mbarrier once all of this thread's earlier cp.async have landed (.noinc: the barrier's expected
+// count includes these arrivals).
+__device__ __forceinline__ void cp_async_16_zfill_sm90(unsigned dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+// Waits until all of this thread's cp.async have landed.
+__device__ __forceinline__ void cp_async_wait_all_sm90() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 }  // namespace moejit::hopper

@@ -1,0 +1,598 @@
+// One whole MoE layer on the GPU, fused the moejit way:
+//
+//   route     router logits [T, E] -> top-k experts and weights; per-expert offsets and the row
+//             arrays (moejit::route: one launch at few tokens, three at many)
+//   GEMM1     gather x rows by token -> [rows, H] x W1[e]^T (+ b1[e]) -> SwiGLU -> h [rows, I]
+//   GEMM2     h x W2[e]^T (+ b2[e]) -> * routing weight -> scattered to y [T, top_k, H]
+//   combine   y summed over the k slots -> out [T, H]             (deterministic: no atomics)
+//
+// Models (shapes as tests/gpu/moe_layer_peers.py, which times the same layer in torch):
+//   gpt-oss-120b   128 experts, top-4, H = I = 2880; top-k then softmax; biases; swiglu_oai
+//                  (gate clamped at 7, linear part at +-7, gate * sigmoid(1.702 gate) * (up + 1))
+//                  on interleaved gate/up columns as gpt-oss stores gate_up_proj. BF16 weights
+//                  (MXFP4 once the formats issue lands).
+//   qwen3-30b-a3b  128 experts, top-8, H = 2048, I = 768; softmax, top-k, renormalized; SwiGLU.
+//                  gate_proj/up_proj rows are stored interleaved (a load-time choice) so the same
+//                  GEMM1 epilogue serves both models.
+//   deepseek-v3    256 experts, top-8, H = 7168, I = 2048; sigmoid + correction bias, top-4 of 8
+//                  groups, top-8, renormalized, x2.5; SwiGLU (interleaved). (The torch peer leaves
+//                  the group limit and bias out: the GEMMs see the same work.)
+//
+// Checked against a CPU reference of the whole layer on sampled tokens: the same bf16 inputs,
+// double accumulation, the intermediate h and the expert outputs rounded to bf16 where the GPU
+// stores them. Routing is checked exactly (ids of every token). Bound: ||out - ref|| / ||ref||
+// <= 1e-2 (bf16 output rounding is 2^-9; fp32 accumulation over K <= 7168 adds ~1e-5).
+// Timed with CUDA events: 5 warm-up layers, then the median of 20 per stage and of the totals,
+// beside the plain grouped GEMMs of the same shapes (no fusion) for the fusion overhead.
+//
+// Without a GPU it says so, compiles (prewarms) the kernels it would use for sm_90a, and exits 0.
+//
+//   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all] [--tokens 16,1024,16384]
+//             [--check-tokens 32] [--reps 20] [--route-only]
+//   --route-only: time and check route() alone (no weights), e.g. DeepSeek-V3 at 16384 tokens
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "moejit/moejit.hpp"
+
+namespace {
+
+using namespace moejit;
+
+struct LayerModel {
+  const char* name;
+  int experts, top_k, hidden, intermediate;
+  RoutingMethod routing;
+  bool correction_bias;  // DeepSeek-V3's e_score_correction_bias
+  bool expert_bias;      // gpt-oss: b1 (gate_up) and b2 (down)
+  Activation activation;
+};
+
+const LayerModel kModels[] = {
+    {"gpt-oss-120b", 128, 4, 2880, 2880, RoutingMethod::gpt_oss(), false, true, Activation::swiglu_oai},
+    {"qwen3-30b-a3b", 128, 8, 2048, 768, RoutingMethod::qwen3_moe(), false, false, Activation::swiglu},
+    {"deepseek-v3", 256, 8, 7168, 2048, RoutingMethod::deepseek_v3(), true, false, Activation::swiglu},
+};
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(e)));
+}
+
+// Counter-based random numbers (splitmix64), so that big weight arrays fill in parallel.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+// Uniform on [-scale*sqrt(3), scale*sqrt(3)): standard deviation `scale`.
+float uniform_sd(std::uint64_t seed, std::uint64_t i, float scale) {
+  double u = (mix(seed * 0x100000001b3ull ^ i) >> 11) * (1.0 / 9007199254740992.0);
+  return static_cast<float>((2 * u - 1) * 1.7320508075688772 * scale);
+}
+
+template <typename F>
+void parallel_for(std::size_t n, F&& body) {
+  unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 64));
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (std::size_t i = t; i < n; i += threads) body(i);
+    });
+  for (auto& th : pool) th.join();
+}
+
+std::vector<std::uint16_t> random_bf16(std::size_t count, std::uint64_t seed, float scale) {
+  std::vector<std::uint16_t> out(count);
+  const std::size_t chunk = 1 << 20;
+  parallel_for((count + chunk - 1) / chunk, [&](std::size_t c) {
+    for (std::size_t i = c * chunk; i < std::min(count, (c + 1) * chunk); ++i) out[i] = float_to_bf16(uniform_sd(seed, i, scale));
+  });
+  return out;
+}
+
+std::vector<float> random_f32(std::size_t count, std::uint64_t seed, float scale) {
+  std::vector<float> out(count);
+  for (std::size_t i = 0; i < count; ++i) out[i] = uniform_sd(seed, i, scale);
+  return out;
+}
+
+double activation_of(Activation act, double gate, double up) {
+  if (act == Activation::swiglu_oai) {
+    gate = std::min(gate, 7.0);
+    up = std::clamp(up, -7.0, 7.0);
+    return gate / (1 + std::exp(-1.702 * gate)) * (up + 1);
+  }
+  return gate / (1 + std::exp(-gate)) * up;  // silu(gate) * up
+}
+
+double round_bf16(double v) { return bf16_to_float(float_to_bf16(static_cast<float>(v))); }
+
+struct Weights {
+  std::vector<std::uint16_t> w1, w2;   // [E, 2I, H] (gate/up rows interleaved), [E, H, I]
+  std::vector<float> b1, b2, bias;     // [E, 2I], [E, H] (gpt-oss), correction bias [E] (DeepSeek-V3)
+};
+
+Weights make_weights(const LayerModel& m) {
+  Weights w;
+  const std::size_t E = m.experts, H = m.hidden, I = m.intermediate;
+  w.w1 = random_bf16(E * 2 * I * H, 11, 1.0f / std::sqrt((float)H));
+  w.w2 = random_bf16(E * H * I, 12, 1.0f / std::sqrt((float)I));
+  if (m.expert_bias) {
+    w.b1 = random_f32(E * 2 * I, 13, 0.1f);
+    w.b2 = random_f32(E * H, 14, 0.1f);
+  }
+  if (m.correction_bias) w.bias = random_f32(E, 15, 0.05f);
+  return w;
+}
+
+// Reference output rows of the sampled tokens (double, bf16 where the GPU stores bf16).
+std::vector<double> reference_layer(const LayerModel& m, const Weights& w, const std::vector<std::uint16_t>& x,
+                                    const reference::Routing& routing, const std::vector<int>& tokens) {
+  const int H = m.hidden, I = m.intermediate, K = m.top_k;
+  std::vector<double> out(tokens.size() * H, 0.0);
+  parallel_for(tokens.size(), [&](std::size_t s) {
+    const int t = tokens[s];
+    std::vector<double> xt(H), h(I);
+    for (int q = 0; q < H; ++q) xt[q] = bf16_to_float(x[(std::size_t)t * H + q]);
+    for (int j = 0; j < K; ++j) {
+      const int e = routing.topk_ids[(std::size_t)t * K + j];
+      const double weight = routing.topk_weights[(std::size_t)t * K + j];
+      for (int i = 0; i < I; ++i) {
+        double gate = 0, up = 0;
+        const std::uint16_t* g = &w.w1[((std::size_t)e * 2 * I + 2 * i) * H];
+        const std::uint16_t* u = g + H;
+        for (int q = 0; q < H; ++q) gate += xt[q] * bf16_to_float(g[q]), up += xt[q] * bf16_to_float(u[q]);
+        if (!w.b1.empty()) gate += w.b1[(std::size_t)e * 2 * I + 2 * i], up += w.b1[(std::size_t)e * 2 * I + 2 * i + 1];
+        h[i] = round_bf16(activation_of(m.activation, gate, up));
+      }
+      for (int c = 0; c < H; ++c) {
+        double y = 0;
+        const std::uint16_t* row = &w.w2[((std::size_t)e * H + c) * I];
+        for (int i = 0; i < I; ++i) y += h[i] * bf16_to_float(row[i]);
+        if (!w.b2.empty()) y += w.b2[(std::size_t)e * H + c];
+        out[s * H + c] += round_bf16(y * weight);
+      }
+    }
+  });
+  return out;
+}
+
+template <typename T>
+T* device_copy(const std::vector<T>& host) {
+  T* d = nullptr;
+  check_cuda(cudaMalloc(&d, std::max<std::size_t>(host.size(), 1) * sizeof(T) + 16), "cudaMalloc");
+  if (!host.empty()) check_cuda(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+  return d;
+}
+void* device_alloc(std::size_t bytes) {
+  void* d = nullptr;
+  check_cuda(cudaMalloc(&d, bytes + 16), "cudaMalloc");
+  return d;
+}
+
+// The two GEMMs' arguments, fused as the contract says (include/moejit/runtime.hpp).
+struct LayerGemms {
+  GroupedGemmArgs up, down;
+  Fusion up_fusion, down_fusion;
+};
+
+LayerGemms layer_gemms(const LayerModel& m, int tokens) {
+  LayerGemms g;
+  const int rows = tokens * m.top_k;
+  g.up.num_groups = g.down.num_groups = m.experts;
+  g.up.n = 2 * m.intermediate;
+  g.up.k = m.hidden;
+  g.down.n = m.hidden;
+  g.down.k = m.intermediate;
+  g.up.total_rows = g.down.total_rows = rows;
+  g.up.num_tokens = tokens;
+  g.down.num_out_rows = rows;
+  g.up_fusion.gather_a = true;
+  g.up_fusion.bias = m.expert_bias;
+  g.up_fusion.activation = m.activation;  // GLU on interleaved gate/up columns (the default)
+  g.down_fusion.scatter_c = true;
+  g.down_fusion.routing_weight = true;
+  g.down_fusion.bias = m.expert_bias;
+  // args.fusion tells the high-level call which fusions to build in (and the heuristic: gather
+  // keeps single CTAs).
+  g.up.fusion = g.up_fusion;
+  g.down.fusion = g.down_fusion;
+  return g;
+}
+
+// The fused spec for a GEMM: the heuristic's tile for the shape and fusions, with the fusions.
+KernelSpec fused_spec(Runtime& rt, const GroupedGemmArgs& args, const Fusion& fusion) {
+  KernelSpec spec = rt.choose_spec(args);
+  spec.fusion = fusion;
+  spec.validate();
+  return spec;
+}
+
+std::vector<int> parse_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::atoi(item.c_str()));
+  return out;
+}
+
+RoutingArgs routing_shape(const LayerModel& m, int tokens) {
+  RoutingArgs r;
+  r.logits_type = DType::f32;
+  r.num_tokens = tokens;
+  r.num_experts = m.experts;
+  r.top_k = m.top_k;
+  r.method = m.routing;
+  return r;
+}
+
+CombineArgs combine_shape(const LayerModel& m, int tokens) {
+  CombineArgs c;
+  c.num_tokens = tokens;
+  c.top_k = m.top_k;
+  c.n = m.hidden;
+  return c;
+}
+
+std::vector<float> random_logits(const LayerModel& m, int tokens) {
+  std::vector<float> logits((std::size_t)tokens * m.experts);
+  std::mt19937 rng(7 + tokens);
+  std::normal_distribution<float> normal;
+  for (auto& v : logits) v = normal(rng);
+  return logits;
+}
+
+// No GPU: compile what the layer would use, for sm_90a.
+int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>& token_counts) {
+  fmt::print("no GPU here: prewarming the kernels the layer would use (sm_90a) instead\n");
+  auto rt = Runtime::offline(Arch{9, 0, true});
+  int compiled = 0, unavailable = 0;
+  auto report = [&](const std::string& what, const std::string& spec, CacheOutcome outcome, double ms) {
+    fmt::print("  {:<8} {}  ({})\n", what, spec,
+               outcome == CacheOutcome::compiled ? fmt::format("compiled in {:.0f} ms", ms) : std::string("cache hit"));
+    ++compiled;
+  };
+  for (const LayerModel* m : models) {
+    fmt::print("{}:\n", m->name);
+    CacheOutcome outcome;
+    RoutingSpec route_spec = RoutingSpec::for_route(routing_shape(*m, 1), rt->arch());
+    auto r = compile_routing(*rt, route_spec, &outcome);
+    report("route", route_spec.to_text(), outcome, r->compile_ms);
+    RoutingSpec combine_spec = RoutingSpec::for_combine(combine_shape(*m, 1), rt->arch());
+    auto c = compile_routing(*rt, combine_spec, &outcome);
+    report("combine", combine_spec.to_text(), outcome, c->compile_ms);
+    for (int tokens : token_counts) {
+      // Group sizes from the CPU routing of the same logits pick the tiles.
+      RoutingArgs shape = routing_shape(*m, tokens);
+      auto routing = reference::route(shape, random_logits(*m, tokens),
+                                      m->correction_bias ? std::vector<float>(m->experts, 0.f) : std::vector<float>{});
+      LayerGemms g = layer_gemms(*m, tokens);
+      g.up.host_groups = routing.group_offsets;
+      g.down.host_groups = routing.group_offsets;
+      for (auto [what, args, fusion] : {std::tuple{"gemm1", &g.up, &g.up_fusion}, std::tuple{"gemm2", &g.down, &g.down_fusion}}) {
+        try {
+          KernelSpec spec = fused_spec(*rt, *args, *fusion);
+          auto k = rt->compile(spec, &outcome);
+          report(fmt::format("{}@{}", what, tokens), spec.to_text(), outcome, k->compile_ms);
+        } catch (const SpecError& e) {
+          fmt::print("  {:<8} fused GEMM not available in this build: {}\n", fmt::format("{}@{}", what, tokens), e.what());
+          ++unavailable;
+        }
+      }
+    }
+  }
+  fmt::print("prewarmed {} kernels for sm_90a{}\n", compiled,
+             unavailable ? fmt::format(" ({} fused GEMMs not available in this build)", unavailable) : std::string());
+  return 0;
+}
+
+struct StageTimes {
+  std::vector<float> route, gemm1, gemm2, combine, total;
+};
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.f : v[v.size() / 2];
+}
+
+bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, const std::uint16_t* d_w1, const std::uint16_t* d_w2,
+               const float* d_b1, const float* d_b2, const float* d_bias, int tokens, int check_tokens, int reps) {
+  const int E = m.experts, K = m.top_k, H = m.hidden, I = m.intermediate;
+  const long long rows = (long long)tokens * K;
+  std::vector<float> logits = random_logits(m, tokens);
+  std::vector<std::uint16_t> x = random_bf16((std::size_t)tokens * H, 100 + tokens, 1.0f);
+
+  float* d_logits = device_copy(logits);
+  std::uint16_t* d_x = device_copy(x);
+  RoutingArgs ra = routing_shape(m, tokens);
+  ra.logits = d_logits;
+  ra.correction_bias = d_bias;
+  ra.topk_ids = static_cast<int*>(device_alloc(rows * 4));
+  ra.topk_weights = static_cast<float*>(device_alloc(rows * 4));
+  ra.group_offsets = static_cast<int*>(device_alloc((E + 1) * 4));
+  ra.gather_rows = static_cast<int*>(device_alloc(routed_rows(ra) * 4));
+  ra.scatter_rows = static_cast<int*>(device_alloc(routed_rows(ra) * 4));
+  ra.routing_weights = static_cast<float*>(device_alloc(routed_rows(ra) * 4));
+  ra.workspace_bytes = routing_workspace_bytes(ra);
+  ra.workspace = device_alloc(ra.workspace_bytes);
+  void* d_h = device_alloc(rows * I * 2);    // GEMM1 output [rows, I]
+  void* d_y = device_alloc(rows * H * 2);    // GEMM2 output [tokens, top_k, H]
+  void* d_out = device_alloc((std::size_t)tokens * H * 2);
+
+  // Route once to learn the group sizes (a setup step: the timed layers never read them back).
+  route(rt, ra, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "route");
+  std::vector<int> offsets(E + 1);
+  check_cuda(cudaMemcpy(offsets.data(), ra.group_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost), "offsets");
+
+  LayerGemms g = layer_gemms(m, tokens);
+  g.up.a = d_x;
+  g.up.b = d_w1;
+  g.up.c = d_h;
+  g.up.group_offsets = ra.group_offsets;
+  g.up.gather_rows = ra.gather_rows;
+  g.up.bias = d_b1;
+  g.down.a = d_h;
+  g.down.b = d_w2;
+  g.down.c = d_y;
+  g.down.group_offsets = ra.group_offsets;
+  g.down.scatter_rows = ra.scatter_rows;
+  g.down.routing_weights = ra.routing_weights;
+  g.down.bias = d_b2;
+  g.up.host_groups = g.down.host_groups = offsets;
+  Kernel k1 = rt.kernel(fused_spec(rt, g.up, g.up_fusion));
+  Kernel k2 = rt.kernel(fused_spec(rt, g.down, g.down_fusion));
+  // In the layer the offsets stay on the device: no host copy, no synchronization.
+  g.up.host_groups = g.down.host_groups = {};
+  g.up.trust_device_groups = g.down.trust_device_groups = true;
+  CombineArgs ca = combine_shape(m, tokens);
+  ca.input = d_y;
+  ca.output = d_out;
+
+  auto layer = [&] {
+    route(rt, ra, nullptr);
+    k1.launch(g.up, nullptr);
+    k2.launch(g.down, nullptr);
+    combine(rt, ca, nullptr);
+  };
+
+  // Correctness: poisoned intermediates and output (0xFF bytes: bf16 NaN), one layer, reference.
+  check_cuda(cudaMemset(d_h, 0xFF, rows * I * 2), "poison h");
+  check_cuda(cudaMemset(d_y, 0xFF, rows * H * 2), "poison y");
+  check_cuda(cudaMemset(d_out, 0xFF, (std::size_t)tokens * H * 2), "poison out");
+  layer();
+  check_cuda(cudaDeviceSynchronize(), "layer");
+  auto routing = reference::route(ra, logits, w.bias);
+  std::vector<int> ids(rows);
+  check_cuda(cudaMemcpy(ids.data(), ra.topk_ids, rows * 4, cudaMemcpyDeviceToHost), "ids");
+  long routing_mismatches = 0;
+  for (long long i = 0; i < rows; ++i) routing_mismatches += ids[i] != routing.topk_ids[i];
+  std::vector<int> sample;
+  if (tokens <= check_tokens) {
+    sample.resize(tokens);
+    std::iota(sample.begin(), sample.end(), 0);
+  } else {
+    std::mt19937 rng(tokens);
+    for (int s = 0; s < check_tokens; ++s) sample.push_back(std::uniform_int_distribution<int>(0, tokens - 1)(rng));
+  }
+  std::vector<double> ref = reference_layer(m, w, x, routing, sample);
+  std::vector<std::uint16_t> out((std::size_t)tokens * H);
+  check_cuda(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost), "out");
+  double err2 = 0, ref2 = 0;
+  long nans = 0;
+  for (std::size_t s = 0; s < sample.size(); ++s)
+    for (int c = 0; c < H; ++c) {
+      double got = bf16_to_float(out[(std::size_t)sample[s] * H + c]), want = ref[s * H + c];
+      if (std::isnan(got)) ++nans;
+      else err2 += (got - want) * (got - want);
+      ref2 += want * want;
+    }
+  double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
+  bool ok = nans == 0 && routing_mismatches == 0 && rel <= 1e-2;
+
+  // Plain grouped GEMMs of the same shapes (no gather, activation, scatter or weights): the
+  // fusion overhead is the fused time over these.
+  void* d_a_plain = device_alloc(rows * H * 2);
+  void* d_c_plain = device_alloc(rows * 2 * I * 2);
+  for (int j = 0; j < K; ++j)
+    check_cuda(cudaMemcpy(static_cast<char*>(d_a_plain) + (std::size_t)j * tokens * H * 2, d_x, (std::size_t)tokens * H * 2,
+                          cudaMemcpyDeviceToDevice), "A for the plain GEMM");
+  GroupedGemmArgs plain1 = g.up, plain2 = g.down;
+  plain1.fusion = Fusion{};
+  plain2.fusion = Fusion{};
+  plain1.a = d_a_plain, plain1.c = d_c_plain, plain1.gather_rows = nullptr, plain1.num_tokens = 0, plain1.bias = nullptr;
+  plain2.c = d_y, plain2.scatter_rows = nullptr, plain2.num_out_rows = 0, plain2.routing_weights = nullptr, plain2.bias = nullptr;
+  plain1.host_groups = plain2.host_groups = offsets;
+  Kernel p1 = rt.kernel(rt.choose_spec(plain1));
+  Kernel p2 = rt.kernel(rt.choose_spec(plain2));
+  plain1.host_groups = plain2.host_groups = {};
+  plain1.trust_device_groups = plain2.trust_device_groups = true;
+
+  cudaEvent_t ev[5];
+  for (auto& e : ev) check_cuda(cudaEventCreate(&e), "cudaEventCreate");
+  for (int i = 0; i < 5; ++i) layer();
+  StageTimes t;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(ev[0]);
+    route(rt, ra, nullptr);
+    cudaEventRecord(ev[1]);
+    k1.launch(g.up, nullptr);
+    cudaEventRecord(ev[2]);
+    k2.launch(g.down, nullptr);
+    cudaEventRecord(ev[3]);
+    combine(rt, ca, nullptr);
+    cudaEventRecord(ev[4]);
+    check_cuda(cudaEventSynchronize(ev[4]), "layer");
+    float ms[4];
+    for (int s = 0; s < 4; ++s) cudaEventElapsedTime(&ms[s], ev[s], ev[s + 1]);
+    t.route.push_back(ms[0]), t.gemm1.push_back(ms[1]), t.gemm2.push_back(ms[2]), t.combine.push_back(ms[3]);
+    float total;
+    cudaEventElapsedTime(&total, ev[0], ev[4]);
+    t.total.push_back(total);
+  }
+  std::vector<float> plain_ms[2];
+  for (int which = 0; which < 2; ++which) {
+    for (int i = 0; i < 3; ++i) which ? p2.launch(plain2, nullptr) : p1.launch(plain1, nullptr);
+    for (int i = 0; i < reps; ++i) {
+      cudaEventRecord(ev[0]);
+      which ? p2.launch(plain2, nullptr) : p1.launch(plain1, nullptr);
+      cudaEventRecord(ev[1]);
+      check_cuda(cudaEventSynchronize(ev[1]), "plain GEMM");
+      float ms;
+      cudaEventElapsedTime(&ms, ev[0], ev[1]);
+      plain_ms[which].push_back(ms);
+    }
+  }
+  double flops = 2.0 * rows * (2.0 * I * H + (double)H * I);
+  float total = median(t.total);
+  fmt::print("{},{},route,{:.4f}\n{},{},gemm1,{:.4f}\n{},{},gemm2,{:.4f}\n{},{},combine,{:.4f}\n{},{},layer,{:.4f}\n", m.name,
+             tokens, median(t.route), m.name, tokens, median(t.gemm1), m.name, tokens, median(t.gemm2), m.name, tokens,
+             median(t.combine), m.name, tokens, total);
+  fmt::print("{},{},gemm1_plain,{:.4f}\n{},{},gemm2_plain,{:.4f}\n", m.name, tokens, median(plain_ms[0]), m.name, tokens,
+             median(plain_ms[1]));
+  fmt::print(stderr,
+             "{} tokens {}: layer {:.3f} ms ({:.1f} TFLOP/s), route {:.3f}, gemm1 {:.3f} (plain {:.3f}: {:+.1f}%), gemm2 {:.3f} "
+             "(plain {:.3f}: {:+.1f}%), combine {:.3f}; checked {} tokens: rel_err {:.2e}, nan {}, routing mismatches {} -> {}\n"
+             "  gemm1 {}\n  gemm2 {}\n",
+             m.name, tokens, total, flops / total / 1e9, median(t.route), median(t.gemm1), median(plain_ms[0]),
+             100.0 * (median(t.gemm1) / median(plain_ms[0]) - 1), median(t.gemm2), median(plain_ms[1]),
+             100.0 * (median(t.gemm2) / median(plain_ms[1]) - 1), median(t.combine), sample.size(), rel, nans,
+             routing_mismatches, ok ? "OK" : "MISMATCH", k1.spec().to_text(), k2.spec().to_text());
+  for (auto& e : ev) cudaEventDestroy(e);
+  for (void* p : {(void*)d_logits, (void*)d_x, (void*)ra.topk_ids, (void*)ra.topk_weights, (void*)ra.group_offsets,
+                  (void*)ra.gather_rows, (void*)ra.scatter_rows, (void*)ra.routing_weights, ra.workspace, d_h, d_y, d_out,
+                  d_a_plain, d_c_plain})
+    cudaFree(p);
+  return ok;
+}
+
+// Routing alone (no weights needed): time route() and check it against reference::route; for
+// the routing cost at shapes whose layer is too big to hold here (DeepSeek-V3 at 16384 tokens).
+bool run_route_only(Runtime& rt, const LayerModel& m, int tokens, int reps) {
+  std::vector<float> logits = random_logits(m, tokens);
+  std::vector<float> bias = m.correction_bias ? random_f32(m.experts, 15, 0.05f) : std::vector<float>{};
+  RoutingArgs ra = routing_shape(m, tokens);
+  const long long rows = (long long)tokens * m.top_k;
+  float* d_logits = device_copy(logits);
+  float* d_bias = m.correction_bias ? device_copy(bias) : nullptr;
+  ra.logits = d_logits;
+  ra.correction_bias = d_bias;
+  ra.topk_ids = static_cast<int*>(device_alloc(rows * 4));
+  ra.topk_weights = static_cast<float*>(device_alloc(rows * 4));
+  ra.group_offsets = static_cast<int*>(device_alloc((m.experts + 1) * 4));
+  ra.gather_rows = static_cast<int*>(device_alloc(routed_rows(ra) * 4));
+  ra.scatter_rows = static_cast<int*>(device_alloc(routed_rows(ra) * 4));
+  ra.routing_weights = static_cast<float*>(device_alloc(routed_rows(ra) * 4));
+  ra.workspace_bytes = routing_workspace_bytes(ra);
+  ra.workspace = device_alloc(ra.workspace_bytes);
+  route(rt, ra, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "route");
+  auto ref = reference::route(ra, logits, bias);
+  std::vector<int> ids(rows), gather(rows);
+  check_cuda(cudaMemcpy(ids.data(), ra.topk_ids, rows * 4, cudaMemcpyDeviceToHost), "ids");
+  check_cuda(cudaMemcpy(gather.data(), ra.gather_rows, rows * 4, cudaMemcpyDeviceToHost), "gather_rows");
+  bool ok = ids == ref.topk_ids && gather == std::vector<int>(ref.gather_rows.begin(), ref.gather_rows.begin() + rows);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < 5; ++i) route(rt, ra, nullptr);
+  std::vector<float> ms(reps);
+  for (auto& t : ms) {
+    cudaEventRecord(start);
+    route(rt, ra, nullptr);
+    cudaEventRecord(stop);
+    check_cuda(cudaEventSynchronize(stop), "route");
+    cudaEventElapsedTime(&t, start, stop);
+  }
+  fmt::print("{},{},route_only,{:.4f}\n", m.name, tokens, median(ms));
+  fmt::print(stderr, "{} tokens {}: route alone {:.4f} ms; ids and rows {}\n", m.name, tokens, median(ms),
+             ok ? "match the reference" : "DO NOT MATCH THE REFERENCE");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  for (void* p : {(void*)d_logits, (void*)d_bias, (void*)ra.topk_ids, (void*)ra.topk_weights, (void*)ra.group_offsets,
+                  (void*)ra.gather_rows, (void*)ra.scatter_rows, (void*)ra.routing_weights, ra.workspace})
+    cudaFree(p);
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_arg = "gpt-oss-120b,qwen3-30b-a3b";
+  std::vector<int> token_counts = {16, 1024, 16384};
+  int check_tokens = 32, reps = 20;
+  bool route_only = false, models_bad = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--route-only") {
+      route_only = true;
+      continue;
+    }
+    const char* value = i + 1 < argc ? argv[++i] : "";
+    if (flag == "--model") model_arg = value;
+    else if (flag == "--tokens") token_counts = parse_list(value);
+    else if (flag == "--check-tokens") check_tokens = std::atoi(value);
+    else if (flag == "--reps") reps = std::atoi(value);
+    else models_bad = true;
+  }
+  std::vector<const LayerModel*> models;
+  std::stringstream names(model_arg == "all" ? "gpt-oss-120b,qwen3-30b-a3b,deepseek-v3" : model_arg);
+  for (std::string name; std::getline(names, name, ',');) {
+    const LayerModel* found = nullptr;
+    for (const LayerModel& m : kModels)
+      if (name == m.name) found = &m;
+    if (!found) models.clear(), token_counts.clear();
+    else models.push_back(found);
+  }
+  bool bad_tokens = std::any_of(token_counts.begin(), token_counts.end(), [](int t) { return t < 1; });
+  if (models_bad || models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
+    fmt::print(stderr,
+               "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all (comma-separated)] [--tokens 16,1024,16384] "
+               "[--check-tokens 32] [--reps 20] [--route-only]\n",
+               argv[0]);
+    return 2;
+  }
+
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return prewarm(models, token_counts);
+
+  Runtime rt;
+  fmt::print(stderr, "device: {} ({}, {} SMs)\n", rt.device_name(), rt.arch().to_text(), rt.sm_count());
+  fmt::print("model,tokens,what,ms\n");
+  bool all_ok = true;
+  if (route_only) {
+    for (const LayerModel* m : models)
+      for (int tokens : token_counts) all_ok &= run_route_only(rt, *m, tokens, reps);
+    fmt::print(stderr, "{}\n", all_ok ? "routing matches the CPU reference" : "ROUTING DOES NOT MATCH THE REFERENCE");
+    return all_ok ? 0 : 1;
+  }
+  for (const LayerModel* m : models) {
+    Weights w = make_weights(*m);
+    std::uint16_t* d_w1 = device_copy(w.w1);
+    std::uint16_t* d_w2 = device_copy(w.w2);
+    float* d_b1 = m->expert_bias ? device_copy(w.b1) : nullptr;
+    float* d_b2 = m->expert_bias ? device_copy(w.b2) : nullptr;
+    float* d_bias = m->correction_bias ? device_copy(w.bias) : nullptr;
+    for (int tokens : token_counts) {
+      try {
+        all_ok &= run_layer(rt, *m, w, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps);
+      } catch (const SpecError& e) {
+        fmt::print(stderr, "{} tokens {}: the fused GEMMs are not available in this build: {}\n", m->name, tokens, e.what());
+        all_ok = false;
+      }
+    }
+    for (void* p : {(void*)d_w1, (void*)d_w2, (void*)d_b1, (void*)d_b2, (void*)d_bias}) cudaFree(p);
+  }
+  fmt::print(stderr, "{}\n", all_ok ? "layer matches the CPU reference" : "LAYER DOES NOT MATCH THE REFERENCE");
+  return all_ok ? 0 : 1;
+}

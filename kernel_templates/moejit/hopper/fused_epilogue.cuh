@@ -1,0 +1,215 @@
+// Fusions of the Hopper grouped GEMM (docs/design.md, "Fusions"): the split-GLU B loads and the
+// fused epilogue on a consumer warpgroup's accumulators:
+//   acc (+ bias[g][col], already in acc: init_acc_with_bias) -> activation -> (* routing_weights[r]) -> C's type -> store
+// The store is the unfused kernel's (TMA-store staging through stmatrix where the spec stages C,
+// else direct stores) unless rows are scattered: those rows go out with direct stores to
+// C[scatter_rows[r]] (16 bytes per lane for 16-bit C after a quad transpose), or fp32 atomic adds.
+//
+// Accumulator layout (epilogue.cuh): register 4j + 2h + e is row 16 w + lane/4 + 8h, column
+// 8j + 2(lane%4) + e of the warpgroup's kWgN-column slice.
+#pragma once
+#include "moejit/params.cuh"
+#include "moejit/common/types.cuh"
+#include "moejit/common/fusion.cuh"
+#include "moejit/hopper/tma.cuh"
+#include "moejit/hopper/epilogue.cuh"
+
+namespace moejit::hopper {
+
+// B of one k-block. glu=split: each consumer slice of kWgN columns is loaded as two boxes of
+// kWgN/2 rows, the gate rows out0 + i and the up rows n/2 + out0 + i (out0: the slice's first
+// output column), so that a thread's gate and up accumulators are registers j and j + kWgN/16.
+// Boxes land on 1024-byte multiples (kWgN/2 >= 16 rows of 128 bytes), so the 128B swizzle of
+// the stacked boxes is that of one box. Rows read past a group's half only feed output columns
+// >= n/2, which are never stored.
+template <int kBlockN, int kWgN, bool kSplit>
+__device__ __forceinline__ void load_b_tile(unsigned dst, const TmaDescriptor& map, unsigned bar, int k, int group,
+                                            int n_block, int n) {
+  if constexpr (!kSplit) {
+    tma_load_2d(dst, map, bar, k, group * n + n_block * kBlockN);
+  } else {
+    constexpr int kHalf = kWgN / 2;
+#pragma unroll
+    for (int s = 0; s < kBlockN / kWgN; ++s) {
+      tma_load_2d(dst + s * kWgN * 128, map, bar, k, group * n + split_glu_box_row(n, n_block, kBlockN, kWgN, s, 0));
+      tma_load_2d(dst + s * kWgN * 128 + kHalf * 128, map, bar, k,
+                  group * n + split_glu_box_row(n, n_block, kBlockN, kWgN, s, 1));
+    }
+  }
+}
+
+// fuse=bias: the accumulators of a tile start at the bias of their GEMM columns (glu=split: the
+// slice's first half are gate columns out0 + i, its second half up columns n/2 + out0 + i).
+// col0: the tile's first GEMM column (n_block * kBlockN); tile_col0: the slice's first column.
+template <int kBlockN, int kWgN, bool kSplit>
+__device__ __forceinline__ void init_acc_with_bias(float (&acc)[kWgN / 2], const FusionParams& f, int group, int n,
+                                                   int col0, int tile_col0, int lane) {
+  const float* const bias = f.bias + (long long)group * n;
+  const int q = lane % 4;
+#pragma unroll
+  for (int j = 0; j < kWgN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int cl = 8 * j + 2 * q + e;  // column in the slice
+      int col;
+      bool in;
+      if constexpr (kSplit) {
+        const int out0 = col0 / 2 + tile_col0 / 2;  // split_glu_out0 of this slice
+        in = out0 + cl % (kWgN / 2) < n / 2;
+        col = split_glu_slice_column(n, out0, kWgN, cl);
+      } else {
+        col = col0 + tile_col0 + cl;
+        in = col < n;
+      }
+      const float b = in ? __ldg(bias + col) : 0.f;
+      acc[4 * j + e] = b;
+      acc[4 * j + 2 + e] = b;
+    }
+  }
+}
+
+// Rows of one warpgroup slice to C (direct stores), row r of the slice going to C row
+// out_rows[h] (computed by the caller: scattered or not; < 0: not written). kW columns in the
+// standard accumulator layout; n0: first output column; n_out: columns of C.
+template <int kTypeC, int kW, bool kAtomic>
+__device__ __forceinline__ void store_rows_direct(void* c_ptr, const float (&v)[kW / 2], const long long (&out_rows)[2],
+                                                  int n0, int n_out, int lane) {
+  using T = typename StorageOf<kTypeC>::type;
+  T* const c = static_cast<T*>(c_ptr);
+  const int quad_col = (lane % 4) * 2;
+  const int cols_left = n_out - n0 - quad_col;
+  // n_out % 8 == 0 and C 16-byte aligned (validated on the host): pairs never straddle N.
+  const bool full_width = n0 + kW <= n_out;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    T* const row = c + out_rows[h] * n_out + n0;
+    const bool row_valid = out_rows[h] >= 0;
+    if constexpr (kAtomic) {
+      static_assert(kTypeC == kF32, "atomic accumulation needs fp32 C");
+      if (!row_valid) continue;
+#pragma unroll
+      for (int j = 0; j < kW / 8; ++j) {
+        if (8 * j < cols_left) {
+          atomicAdd(row + quad_col + 8 * j, v[4 * j + 2 * h]);
+          atomicAdd(row + quad_col + 8 * j + 1, v[4 * j + 2 * h + 1]);
+        }
+      }
+    } else if constexpr (kTypeC != kF32 && kW % 32 == 0) {
+      // Quad transpose (epilogue.cuh): each lane then owns 8 consecutive columns, 16-byte stores.
+      // Every lane runs the shuffles; only the stores are masked.
+      T* const lane_ptr = row + (lane % 4) * 8;
+#pragma unroll
+      for (int jb = 0; jb < kW / 32; ++jb) {
+        unsigned w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = 4 * jb + i;
+          w[i] = pack_pair<kTypeC>(v[4 * j + 2 * h], v[4 * j + 2 * h + 1]);
+        }
+        quad_transpose(w, lane);
+        if (row_valid && (full_width || 32 * jb + (lane % 4) * 8 < n_out - n0))
+          *reinterpret_cast<uint4*>(lane_ptr + 32 * jb) = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    } else {
+      if (!row_valid) continue;
+#pragma unroll
+      for (int j = 0; j < kW / 8; ++j)
+        if (8 * j < cols_left) store_pair<kTypeC>(row + quad_col, 8 * j, v[4 * j + 2 * h], v[4 * j + 2 * h + 1]);
+    }
+  }
+}
+
+// The fused result of a slice (kW output columns from n0 on) to C: scattered rows (direct
+// stores or atomics), else the unfused kernel's stores with C's width set to n_out.
+template <int kTypeC, int kW, bool kStaged, class Fuse>
+__device__ __forceinline__ void store_fused(const GroupedGemmParams& p, const FusionParams& f,
+                                            const TmaDescriptor& tma_c, const float (&out)[kW / 2], unsigned staging,
+                                            int row_begin, int group_rows, int m_first, int rows, int n0, int n_out,
+                                            int warp_in_group, int lane, int barrier_id, unsigned& buffer) {
+  const int m_warp = m_first + warp_in_group * 16 + lane / 4;  // group-local row of h = 0
+  if constexpr (Fuse::scatter) {
+    long long out_rows[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = m_warp + 8 * h;
+      int to = -1;
+      if (m < group_rows) to = __ldg(f.scatter_rows + row_begin + m);
+      out_rows[h] = (unsigned)to < (unsigned)f.num_out_rows ? to : -1;  // out of range: not written
+    }
+    store_rows_direct<kTypeC, kW, Fuse::atomic>(p.c, out, out_rows, n0, n_out, lane);
+  } else {
+    GroupedGemmParams narrow = p;
+    narrow.n = n_out;
+    constexpr int kChunkCols = 128 / sizeof(typename StorageOf<kTypeC>::type);
+    if constexpr (kStaged && kW % kChunkCols == 0) {
+      store_accumulators_staged<kTypeC, kW>(narrow, tma_c, out, staging, row_begin + m_first, rows, n0, warp_in_group,
+                                            lane, barrier_id, buffer);
+    } else {
+      store_accumulators<kTypeC, kW>(narrow, out, row_begin, group_rows, m_first + warp_in_group * 16, n0, lane);
+    }
+  }
+}
+
+// acc: the warpgroup's kWgN-column slice of the tile; group_rows / m_first / rows: the group's
+// rows, the slice's first group-local row and its rows inside the group (1..64); col0: the
+// tile's first GEMM column (n_block * kBlockN); tile_col0: the slice's first column in the tile.
+template <int kTypeC, int kWgN, bool kStaged, class Fuse>
+__device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const FusionParams& f,
+                                               const TmaDescriptor& tma_c, float (&acc)[kWgN / 2], unsigned staging,
+                                               int group, int row_begin, int group_rows, int m_first, int rows,
+                                               int col0, int tile_col0, int warp_in_group, int lane, int barrier_id,
+                                               unsigned& buffer) {
+  constexpr int kOutW = Fuse::glu ? kWgN / 2 : kWgN;  // output columns of the slice
+  const int n = p.n;
+  const int n_out = Fuse::glu ? n / 2 : n;
+  const int m_warp = m_first + warp_in_group * 16 + lane / 4;  // group-local row of h = 0
+
+  float w[2] = {1.f, 1.f};
+  if constexpr (Fuse::weight) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w[h] = m_warp + 8 * h < group_rows ? __ldg(f.routing_weights + row_begin + m_warp + 8 * h) : 0.f;
+  }
+
+  // Activation and weight; the result (acc, or gl for a GLU) is in the standard layout, kOutW columns wide.
+  float gl[Fuse::glu ? kOutW / 2 : 1];
+  if constexpr (Fuse::glu_split) {
+#pragma unroll
+    for (int j = 0; j < kWgN / 16; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        gl[4 * j + i] = activate_glu<Fuse::act>(acc[4 * j + i], acc[4 * (j + kWgN / 16) + i]) * w[i / 2];
+  } else if constexpr (Fuse::glu) {
+    // Interleaved: lane q holds, per 8-column group j and row h, the pair (gate, up) of output
+    // column 4j + q. Output column c = 8j' + 2q + e of the standard layout is held by lane
+    // (2q + e) % 4 as its pair of group 2j' + (q >= 2): two shuffles per output element.
+#pragma unroll
+    for (int jp = 0; jp < kWgN / 16; ++jp) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float lo = activate_glu<Fuse::act>(acc[4 * (2 * jp) + 2 * h], acc[4 * (2 * jp) + 2 * h + 1]);
+        const float hi = activate_glu<Fuse::act>(acc[4 * (2 * jp + 1) + 2 * h], acc[4 * (2 * jp + 1) + 2 * h + 1]);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int src = glu_pair_source_lane(lane, e);
+          const float from_lo = __shfl_sync(0xffffffffu, lo, src);
+          const float from_hi = __shfl_sync(0xffffffffu, hi, src);
+          gl[4 * jp + 2 * h + e] = (glu_pair_from_hi(lane) ? from_hi : from_lo) * w[h];
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kWgN / 2; ++i) acc[i] = activate<Fuse::act>(acc[i]) * w[(i / 2) % 2];
+  }
+
+  const int n0 = (Fuse::glu ? col0 / 2 + tile_col0 / 2 : col0 + tile_col0);  // slice's first output column
+  if constexpr (Fuse::glu) {
+    store_fused<kTypeC, kOutW, kStaged, Fuse>(p, f, tma_c, gl, staging, row_begin, group_rows, m_first, rows, n0, n_out,
+                                              warp_in_group, lane, barrier_id, buffer);
+  } else {
+    store_fused<kTypeC, kOutW, kStaged, Fuse>(p, f, tma_c, acc, staging, row_begin, group_rows, m_first, rows, n0, n_out,
+                                              warp_in_group, lane, barrier_id, buffer);
+  }
+}
+
+}  // namespace moejit::hopper

@@ -1,0 +1,27 @@
+// What the routing helpers (src/runtime/routing.cpp) need from a Runtime: its cache, its context,
+// and modules that live as long as it does. Internal; not part of the public surface.
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "cache/kernel_cache.hpp"
+#include "moejit/runtime.hpp"
+
+namespace moejit {
+
+KernelCache& runtime_cache(Runtime& rt);
+void runtime_make_current(Runtime& rt);
+// The function `entry` of the module built for spec_text, loaded once per runtime (cubin() is
+// called on the first request only) and unloaded with it. Throws DriverError.
+CUfunction runtime_function(Runtime& rt, const std::string& spec_text, const char* entry,
+                            const std::function<std::string()>& cubin);
+
+// Hot path in front of runtime_function: a function by a 64-bit key the caller packs from its
+// spec (no text, no allocation); null until remembered.
+CUfunction runtime_cached_function(Runtime& rt, std::uint64_t key);
+void runtime_remember_function(Runtime& rt, std::uint64_t key, CUfunction function);
+
+}  // namespace moejit

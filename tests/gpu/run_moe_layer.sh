@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# On the GPU machine (the device tool), from the repository root, with the build folder carried
+# over: the routing GPU tests, then the fused MoE layer (examples/moe_layer) and the same layer
+# composed of torch operations around torch._grouped_mm (tests/gpu/moe_layer_peers.py), at the
+# same models and token counts. Both print CSV "model,tokens,what,ms"; everything lands in $OUT.
+#   MODELS   (default gpt-oss-120b,qwen3-30b-a3b; add deepseek-v3 for the third: 22 GB of weights)
+#   TOKENS   (default 16,1024,16384)
+set -uo pipefail
+OUT=${OUT:-/tmp/moejit-out}
+mkdir -p "$OUT"
+export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-/tmp/moejit-cache}
+export PATH=/usr/local/cuda/bin:$PATH
+MODELS=${MODELS:-gpt-oss-120b,qwen3-30b-a3b}
+TOKENS=${TOKENS:-16,1024,16384}
+BUILD=${BUILD:-build}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
+status=0
+
+echo "== routing GPU tests"
+"$BUILD"/tests/moejit_gpu_tests "[routing]" 2>&1 | tee "$OUT/gpu_routing_tests.txt" | tail -25
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+echo "== moejit fused layer"
+"$BUILD"/examples/moe_layer --model "$MODELS" --tokens "$TOKENS" > "$OUT/moe_layer.csv" 2> "$OUT/moe_layer.txt" || status=1
+cat "$OUT/moe_layer.txt"
+
+echo "== routing alone at DeepSeek-V3's shape (256 experts, top-8, 8 groups)"
+"$BUILD"/examples/moe_layer --model deepseek-v3 --tokens "$TOKENS" --route-only >> "$OUT/moe_layer.csv" \
+  2>> "$OUT/moe_layer.txt" || status=1
+tail -4 "$OUT/moe_layer.txt"
+
+echo "== torch composed layer"
+PYTHONUNBUFFERED=1 TOKENS="$TOKENS" MODELS="$MODELS" python3 tests/gpu/moe_layer_peers.py > "$OUT/moe_layer_peers.csv" \
+  2> "$OUT/moe_layer_peers.txt" || status=1
+tail -5 "$OUT/moe_layer_peers.txt"
+
+echo "== side by side (ms)"
+python3 - "$OUT/moe_layer.csv" "$OUT/moe_layer_peers.csv" <<'PY' | tee "$OUT/moe_layer_compare.md"
+import csv, sys
+def load(path):
+    out = {}
+    try:
+        for row in csv.reader(open(path)):
+            try:
+                out[(row[0], int(row[1]), row[2])] = float(row[3])
+            except (IndexError, ValueError):
+                pass  # header lines (the route-only run repeats it)
+    except OSError:
+        pass
+    return out
+ours, torch = load(sys.argv[1]), load(sys.argv[2])
+print("| model | tokens | moejit layer | torch layer | speed-up | moejit route (alone) | torch route+permute | moejit gemm1 (plain) | moejit gemm2 (plain) | combine |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for (model, tokens) in sorted({(m, t) for (m, t, _) in ours} | {(m, t) for (m, t, _) in torch}):
+    g = lambda d, w: d.get((model, tokens, w))
+    f = lambda v: "-" if v is None else f"{v:.4f}"
+    o, p = g(ours, "layer"), g(torch, "layer")
+    speed = f"{p / o:.2f}x" if o and p else "-"
+    print(f"| {model} | {tokens} | {f(o)} | {f(p)} | {speed} | {f(g(ours, 'route'))} ({f(g(ours, 'route_only'))}) | {f(g(torch, 'route_permute'))} | "
+          f"{f(g(ours, 'gemm1'))} ({f(g(ours, 'gemm1_plain'))}) | {f(g(ours, 'gemm2'))} ({f(g(ours, 'gemm2_plain'))}) | "
+          f"{f(g(ours, 'combine'))} |")
+PY
+exit $status

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the GPU machine: the stages of a verification session, chosen with STAGES, each writing its
+# logs under $OUT/<stage>/. One device call runs at most 10 minutes, so a session is a few calls:
+#   STAGES="tests example"        every GPU test (grouped GEMM, fusion, routing, formats, tuning,
+#                                 graph), then the mixtral example              (~4-6 min)
+#   STAGES="bench layer"          the 40-case suite with torch + ceilings; the fused MoE layer and
+#                                 its torch composition                          (~6-8 min)
+#   STAGES="formats"              FP8 / MXFP4 / NVFP4 on the suite with their peers (~5 min)
+#   STAGES="sanitize"             memcheck + racecheck over the whole [gpu] suite, bf16 (~8 min)
+#   STAGES="tune"                 heuristic vs autotuner table, launch overhead  (~6 min)
+# tests/gpu/README.md gives the order and the device calls. Exit status: 1 if any stage failed.
+set -uo pipefail
+OUT=${OUT:-/tmp/moejit-out}
+export BUILD=${BUILD:-build}
+export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-/tmp/moejit-cache}
+export PATH=/usr/local/cuda/bin:$PATH
+here=$(dirname "$0")
+status=0
+stage() {  # name, command...
+  local name=$1; shift
+  local start=$SECONDS
+  echo "== stage $name"
+  OUT="$OUT/$name" "$@"
+  local rc=$?
+  echo "== stage $name: exit $rc after $((SECONDS - start)) s"
+  [ $rc = 0 ] || status=1
+}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
+for s in ${STAGES:-tests example}; do
+  case $s in
+    tests)    stage tests env SKIP_EXAMPLE=1 "$here/run_on_device.sh" ;;
+    example)  stage example env SKIP_TESTS=1 "$here/run_on_device.sh" ;;
+    bench)    stage bench "$here/run_bench.sh" ;;
+    layer)    stage layer "$here/run_moe_layer.sh" ;;
+    formats)  stage formats env SKIP_TESTS=1 "$here/run_formats.sh" ;;
+    sanitize) stage sanitize env SANITIZE_CASES="[gpu]" SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-200} "$here/run_sanitizers.sh" ;;
+    tune)     stage tune "$here/run_tune_bench.sh" ;;
+    *) echo "unknown stage '$s'"; status=1 ;;
+  esac
+done
+exit $status
