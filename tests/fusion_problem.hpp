@@ -63,14 +63,22 @@ struct FusedProblem {
   std::vector<int> gather_rows, scatter_rows;
   std::vector<float> weights, bias;
   std::vector<std::uint16_t> a, b;  // a: [tokens, K] with gather, else [total_rows, K] (routed order)
+  // Quantized operands (spec.a = e4m3: A and B; spec.b = mxfp4 | nvfp4: B): the bytes the kernel
+  // reads, its scales, and the operands dequantized exactly (what the reference multiplies).
+  std::vector<std::uint8_t> qa, qb;
+  std::vector<float> a_scales, b_scales, b_tensor_scales, a_deq, b_deq;
+  DeviceBuffer d_a_scales, d_b_scales, d_b_tensor_scales;
+  bool quantized_a() const { return spec.a == DType::e4m3; }
+  bool quantized_b() const { return spec.a == DType::e4m3 || spec.b == DType::mxfp4 || spec.b == DType::nvfp4; }
   int out_rows = 0;                 // rows of C
   static constexpr int kExtraOutRows = 3;  // scatter: rows past every destination, must stay untouched
   static constexpr float kSentinel = 12345.f;  // atomic mode: C starts at 0 except these rows
 
   DeviceBuffer d_a, d_b, d_c, d_groups, d_gather, d_scatter, d_weights, d_bias;
 
-  float to_float(std::uint16_t v) const { return spec.a == DType::bf16 ? bf16_to_float(v) : f16_to_float(v); }
-  std::uint16_t from_float(float v) const { return spec.a == DType::bf16 ? float_to_bf16(v) : float_to_f16(v); }
+  // FP8 keeps the 16-bit vectors in bf16 as the source values, quantized by quantize().
+  float to_float(std::uint16_t v) const { return spec.a == DType::f16 ? f16_to_float(v) : bf16_to_float(v); }
+  std::uint16_t from_float(float v) const { return spec.a == DType::f16 ? float_to_f16(v) : float_to_bf16(v); }
   std::size_t c_bytes() const { return (std::size_t)out_rows * n_out() * element_bytes(spec.c); }
   int row_begin(int g) const { return spec.layout == GroupLayout::contiguous ? offsets[g] : g * capacity; }
 
@@ -149,6 +157,35 @@ struct FusedProblem {
     bias.resize((std::size_t)groups * n);
     for (auto& v : bias) v = normal(rng) * 0.5f;
     out_rows = f.scatter_c ? (f.atomic ? tokens : tokens * top_k) + kExtraOutRows : total_rows;
+    quantize();
+  }
+
+  // FP8: A (the rows the kernel reads: token order with gather) in 1x128 blocks, B in 128x128
+  // blocks (fp8_kernel_scales_a/b); 4-bit: B quantized per expert and packed by pack_w4_sm90.
+  void quantize() {
+    const int a_rows = spec.fusion.gather_a ? tokens : total_rows;
+    auto floats = [&](const std::vector<std::uint16_t>& v) {
+      std::vector<float> out(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) out[i] = to_float(v[i]);
+      return out;
+    };
+    const QuantShape b_shape{groups, n, k};
+    if (quantized_a()) {
+      const Fp8Tensor ta = quantize_fp8(floats(a).data(), QuantShape{1, a_rows, k}, Fp8Scaling::block_1x128);
+      const Fp8Tensor tb = quantize_fp8(floats(b).data(), b_shape, Fp8Scaling::block_128x128);
+      qa = ta.data, qb = tb.data;
+      a_scales = fp8_kernel_scales_a(ta), b_scales = fp8_kernel_scales_b(tb);
+      a_deq = dequantize(ta), b_deq = dequantize(tb);
+    } else if (spec.b == DType::mxfp4) {
+      const Mxfp4Tensor tb = quantize_mxfp4(floats(b).data(), b_shape);
+      qb = pack_w4_sm90(tb);
+      b_deq = dequantize(tb);
+    } else if (spec.b == DType::nvfp4) {
+      const Nvfp4Tensor tb = quantize_nvfp4(floats(b).data(), b_shape);
+      qb = pack_w4_sm90(tb);
+      b_tensor_scales = tb.tensor_scales;
+      b_deq = dequantize(tb);
+    }
   }
 
   void upload() {
@@ -158,8 +195,13 @@ struct FusedProblem {
       d = DeviceBuffer(std::max<std::size_t>(bytes, 16));
       if (bytes) d.upload(p, bytes);
     };
-    upload(d_a, a.data(), (std::size_t)a_rows * k * 2);
-    upload(d_b, b.data(), b.size() * 2);
+    if (quantized_a()) upload(d_a, qa.data(), qa.size());
+    else upload(d_a, a.data(), (std::size_t)a_rows * k * 2);
+    if (quantized_b()) upload(d_b, qb.data(), qb.size());
+    else upload(d_b, b.data(), b.size() * 2);
+    upload(d_a_scales, a_scales.data(), a_scales.size() * sizeof(float));
+    upload(d_b_scales, b_scales.data(), b_scales.size() * sizeof(float));
+    upload(d_b_tensor_scales, b_tensor_scales.data(), b_tensor_scales.size() * sizeof(float));
     d_c = DeviceBuffer(std::max<std::size_t>(c_bytes(), 16));
     const std::vector<int>& g = spec.layout == GroupLayout::contiguous ? offsets : rows_of;
     upload(d_groups, g.data(), g.size() * sizeof(int));
@@ -176,6 +218,12 @@ struct FusedProblem {
     x.layout = spec.layout;
     x.ab_type = spec.a;
     x.c_type = spec.c;
+    if (spec.b != spec.a) x.b_type = spec.b;
+    if (quantized_a()) {
+      x.a_scales = static_cast<const float*>(d_a_scales.get());
+      x.b_scales = d_b_scales.get();
+    }
+    if (spec.b == DType::nvfp4) x.b_tensor_scales = static_cast<const float*>(d_b_tensor_scales.get());
     x.a = d_a.get();
     x.b = d_b.get();
     x.c = d_c.get();
@@ -219,6 +267,8 @@ struct FusedProblem {
     std::vector<float> af(a.size()), bf(b.size());
     for (std::size_t i = 0; i < a.size(); ++i) af[i] = to_float(a[i]);
     for (std::size_t i = 0; i < b.size(); ++i) bf[i] = to_float(b[i]);
+    if (!a_deq.empty()) af = a_deq;  // quantized operands: the values the kernel multiplies
+    if (!b_deq.empty()) bf = b_deq;
     std::vector<std::vector<std::pair<int, std::vector<double>>>> per_group(groups);
     auto work = [&](int g) {
       std::vector<double> gemm(n);

@@ -151,6 +151,42 @@ TEST_CASE("fused variants compile with tensor-core MMAs, no spills, no local mem
   check_variants(hopper, "fused hopper", "HGMMA");
 }
 
+// Fusions with quantized operands: portable FP8 and 4-bit, the Hopper 4-bit kernel (roles swapped);
+// gpt-oss's two GEMMs (MXFP4: gather + bias + swiglu_oai; scatter + weight + bias) on both families.
+TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, no local memory",
+          "[compile][nvrtc][fusion][fp8][w4]") {
+  std::vector<KernelSpec> portable, hopper;
+  for (const char* text : {
+           "family=portable,arch=sm_80,b=mxfp4,tile=128x128x32,stages=4,warps=2x4,sched=dynamic,fuse=gather+bias,act=swiglu_oai",
+           "family=portable,arch=sm_90a,a=e4m3,b=e4m3,tile=128x128x32,stages=4,warps=2x4,fuse=gather+bias,act=swiglu,glu=split",
+           "family=portable,arch=sm_80,b=nvfp4,c=f32,tile=64x128x32,stages=4,warps=2x4,fuse=scatter+weight+atomic,act=gelu",
+           "family=hopper,b=mxfp4,tile=64x128x64,stages=8,fuse=gather+bias,act=swiglu_oai",
+           "family=hopper,b=mxfp4,tile=128x128x64,stages=8,fuse=scatter+weight+bias",
+           "family=hopper,layout=masked,b=nvfp4,c=f16,tile=32x128x64,stages=8,fuse=gather+scatter+weight,act=silu",
+       }) {
+    KernelSpec s = KernelSpec::parse(text);
+    s.validate();
+    (s.family == KernelFamily::hopper ? hopper : portable).push_back(s);
+  }
+  check_variants(portable, "fused portable FP8 / 4-bit", "HMMA");
+  check_variants(hopper, "fused hopper 4-bit", "HGMMA");
+}
+
+TEST_CASE("fused FP8 / 4-bit kernels: their instantiation files", "[codegen][fusion]") {
+  const TemplateStore& templates = TemplateStore::from_embedded();
+  KernelSpec w4 = KernelSpec::parse("family=hopper,b=mxfp4,tile=64x128x64,stages=8");
+  CHECK(generate_source(w4, templates).source.find("FusionParams") == std::string::npos);  // unfused: as before
+  w4.fusion.gather_a = w4.fusion.bias = true;
+  w4.fusion.activation = Activation::swiglu_oai;
+  const std::string w4_src = generate_source(w4, templates).source;
+  CHECK(w4_src.find("grouped_gemm_w4_rs<MOEJIT_CONFIG, MoejitFusion>(p, tma_a, &fusion)") != std::string::npos);
+  KernelSpec fp8 = KernelSpec::parse("family=portable,arch=sm_80,a=e4m3,b=e4m3,tile=128x128x32,fuse=scatter+weight");
+  const std::string fp8_src = generate_source(fp8, templates).source;
+  CHECK(fp8_src.find("grouped_gemm<MOEJIT_CONFIG, MoejitFusion, moejit::kE4M3>(p, fusion)") != std::string::npos);
+  KernelSpec pw4 = KernelSpec::parse("family=portable,arch=sm_80,b=nvfp4,fuse=gather");
+  CHECK(generate_source(pw4, templates).source.find("MoejitFusion, moejit::kNVFP4>(p, fusion)") != std::string::npos);
+}
+
 TEST_CASE("unfused kernels are generated exactly as before the fusions", "[compile][fusion]") {
   // Fused kernels have their own instantiation files; the unfused ones keep theirs (their SASS
   // was compared byte for byte when the fusions came in: docs/design.md, "Fusions").
@@ -250,6 +286,28 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 256 rows per 
   KernelSpec ampere = choose_spec(p, Arch{8, 0, false}, 108);  // the portable family widens FP8
   CHECK((ampere.family == KernelFamily::portable && ampere.a == DType::e4m3 && ampere.b == DType::e4m3));
   CHECK(ampere.min_ctas_per_sm() == 1);  // the second accumulator needs the registers
+}
+
+TEST_CASE("heuristic with fusions and quantized operands: a family that has them", "[heuristic][fusion]") {
+  // Hopper FP8: no fusions yet (portable FP8 instead); Hopper 4-bit: all but split GLU.
+  const Arch h100{9, 0, true};
+  std::vector<int> sizes(32, 100);
+  Fusion gemm1;
+  gemm1.gather_a = gemm1.bias = true;
+  gemm1.activation = Activation::swiglu_oai;
+  GemmProblem w4{GroupLayout::contiguous, DType::bf16, DType::bf16, 32, 5760, 2880, 3200, sizes, DType::mxfp4, gemm1};
+  KernelSpec s = choose_spec(w4, h100, 132);
+  CHECK((s.family == KernelFamily::hopper && s.b == DType::mxfp4 && s.fusion == gemm1));
+  Fusion split = gemm1;
+  split.glu = GluLayout::split;
+  w4.fusion = split;
+  s = choose_spec(w4, h100, 132);
+  CHECK((s.family == KernelFamily::portable && s.b == DType::mxfp4 && s.fusion == split));
+  GemmProblem fp8{GroupLayout::contiguous, DType::e4m3, DType::bf16, 32, 4096, 7168, 3200, sizes, std::nullopt, split};
+  s = choose_spec(fp8, h100, 132);
+  CHECK((s.family == KernelFamily::portable && s.a == DType::e4m3 && s.fusion == split));
+  fp8.fusion = Fusion{};
+  CHECK(choose_spec(fp8, h100, 132).family == KernelFamily::hopper);
 }
 
 TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[compile]") {

@@ -146,3 +146,52 @@ TEST_CASE("reference: padding rows of padded groups are computed from token 0 an
     }
   }
 }
+
+TEST_CASE("reference with quantized operands: the dequantized values, in the kernels' layouts", "[fusion][fp8][w4]") {
+  // FP8 gathered: A quantized in token order (1x128 scales per token, [K blocks][tokens]); 4-bit:
+  // B packed by pack_w4_sm90. The reference then multiplies the dequantized operands: close to the
+  // unquantized reference (quantization error only), and exactly the dequantized dot products.
+  for (const char* text : {"family=portable,a=e4m3,b=e4m3,tile=128x128x32,fuse=gather+bias,act=swiglu,glu=split",
+                           "family=portable,a=e4m3,b=e4m3,tile=128x128x32,fuse=scatter+weight",
+                           "family=portable,b=mxfp4,fuse=gather+bias,act=swiglu_oai",
+                           "family=portable,b=nvfp4,fuse=scatter+weight+bias"}) {
+    INFO(text);
+    std::mt19937 rng(7);
+    FusedProblem p;
+    p.spec = KernelSpec::parse(text);
+    p.tokens = 21, p.top_k = 2, p.groups = 3, p.n = 256, p.k = 160;
+    p.route(random_routing(p.tokens, p.top_k, p.groups, {}, rng), rng);
+    p.fill_host(rng);
+    const int a_rows = p.spec.fusion.gather_a ? p.tokens : p.total_rows;
+    if (p.spec.a == DType::e4m3) {
+      CHECK(p.qa.size() == (std::size_t)a_rows * p.k);
+      CHECK(p.a_scales.size() == (std::size_t)((p.k + 127) / 128) * a_rows);
+      CHECK(p.b_scales.size() == (std::size_t)p.groups * ((p.n + 127) / 128) * ((p.k + 127) / 128));
+      // Element (row, q) of A = code x a_scales[q / 128][row] (the kernel's K-block-major layout).
+      for (int row : {0, a_rows - 1})
+        for (int q : {0, 130})
+          CHECK(p.a_deq[(std::size_t)row * p.k + q] ==
+                e4m3_to_float(p.qa[(std::size_t)row * p.k + q]) * p.a_scales[(std::size_t)(q / 128) * a_rows + row]);
+    } else {
+      const QuantFormat f = p.spec.b == DType::mxfp4 ? QuantFormat::mxfp4 : QuantFormat::nvfp4;
+      CHECK((std::int64_t)p.qb.size() == w4_sm90_packed_bytes(QuantShape{p.groups, p.n, p.k}, f));
+      CHECK(p.b_tensor_scales.size() == (p.spec.b == DType::nvfp4 ? (std::size_t)p.groups : 0u));
+    }
+    const std::vector<double> quantized = p.reference();
+    p.a_deq.clear(), p.b_deq.clear();  // the unquantized (16-bit) operands
+    const std::vector<double> exact = p.reference();
+    double err2 = 0, ref2 = 0;
+    long rows = 0;
+    for (std::size_t i = 0; i < exact.size(); ++i) {
+      CHECK(std::isnan(exact[i]) == std::isnan(quantized[i]));
+      if (std::isnan(exact[i])) continue;
+      err2 += (quantized[i] - exact[i]) * (quantized[i] - exact[i]), ref2 += exact[i] * exact[i], ++rows;
+    }
+    CHECK(rows > 0);
+    const double rel = std::sqrt(err2 / ref2);
+    // FP8 ~2^-4 relative per element, FP4 ~2^-2: well inside these, and nonzero (the quantized
+    // operands are what the reference used).
+    CHECK(rel > 1e-4);
+    CHECK(rel < (p.spec.a == DType::e4m3 ? 0.1 : 0.3));
+  }
+}

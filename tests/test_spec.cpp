@@ -102,10 +102,26 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("act=silu,glu=split", {"glu=split", "act=silu"});
   require_rejected("glu=split", {"glu=split", "act=none"});
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=1x2,fuse=gather", {"fuse=gather", "cluster=1x1"});
-  require_rejected("family=hopper,a=e4m3,b=e4m3,fuse=bias", {"a=e4m3", "no fused epilogue"});
-  require_rejected("family=portable,a=e4m3,b=e4m3,act=silu", {"a=e4m3", "no fused epilogue"});
-  require_rejected("family=hopper,b=mxfp4,fuse=gather", {"b=mxfp4", "no fused epilogue"});
-  require_rejected("family=portable,b=nvfp4,fuse=scatter+weight", {"b=nvfp4", "no fused epilogue"});
+  // Quantized operands: the portable family has every fusion; the Hopper FP8 / 4-bit kernels none yet.
+  require_rejected("family=hopper,a=e4m3,b=e4m3,fuse=bias", {"a=e4m3", "family=hopper", "no fused epilogue", "family=portable"});
+  require_rejected("family=hopper,b=mxfp4,fuse=bias,act=swiglu,glu=split", {"glu=split", "b=mxfp4", "family=hopper", "interleaved"});
+  require_rejected("family=hopper,b=nvfp4,c=f32,fuse=scatter+atomic", {"c=f32"});
+  require_rejected("family=portable,a=e4m3,b=e4m3,tile=128x128x32,fuse=scatter+atomic,c=bf16", {"c=f32"});
+  for (const char* text : {"family=portable,a=e4m3,b=e4m3,tile=128x128x32,act=silu",
+                           "family=portable,a=e4m3,b=e4m3,tile=128x128x32,fuse=gather+bias,act=swiglu,glu=split",
+                           "family=portable,a=e4m3,b=e4m3,tile=64x128x64,fuse=scatter+weight+atomic,act=gelu,c=f32",
+                           "family=portable,b=nvfp4,fuse=scatter+weight",
+                           "family=portable,b=mxfp4,fuse=gather+bias,act=swiglu_oai",
+                           "family=portable,b=mxfp4,fuse=scatter+weight+bias,c=f32",
+                           "family=portable,b=nvfp4,fuse=gather,act=swiglu,glu=split",
+                           "family=hopper,b=mxfp4,fuse=gather+bias,act=swiglu_oai",
+                           "family=hopper,b=mxfp4,tile=128x128x64,fuse=scatter+weight+bias",
+                           "family=hopper,layout=masked,b=nvfp4,c=f16,tile=16x128x64,fuse=gather+scatter+weight,act=gelu"}) {
+    INFO(text);
+    const KernelSpec s = KernelSpec::parse(text);
+    CHECK_NOTHROW(s.validate());
+    CHECK(KernelSpec::parse(s.to_text()) == s);
+  }
   require_rejected("family=hopper,arch=sm_90", {"needs sm_90a"});
   require_rejected("family=hopper,tile=96x128x64", {"tile M=96"});
   require_rejected("family=hopper,tile=128x96x64", {"tile N=96"});

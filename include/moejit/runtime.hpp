@@ -30,6 +30,9 @@ using Stream = CUstream_st*;
 //     total_rows, or num_groups × capacity when masked), b_scales fp32
 //     [num_groups][ceil(N/128)][ceil(K/128)]. C[r, n] = Σ_kb a_scales[kb][r] · b_scales[g][n/128][kb]
 //     · Σ_{k in block kb} A[r, k] · B[g, n, k]. quantize_fp8 + fp8_kernel_scales_a/b make them.
+//     With fuse=gather (portable family) A is [num_tokens, K] in token order and a_scales
+//     [ceil(K/128)][num_tokens]: a routed row takes its token's row and scales. FP8 with a split
+//     GLU needs (n/2) % 128 == 0 (the up half's B scale blocks).
 //   ab_type = bf16 with b_type = mxfp4 | nvfp4 (weight-only 4-bit; hopper, or portable on other
 //     archs and for f32 C): B is the pre-arranged blocks of pack_w4_sm90 (block scales inside), K a
 //     multiple of 32 (MXFP4) or 16 (NVFP4); NVFP4 also takes b_tensor_scales, fp32 [num_groups]

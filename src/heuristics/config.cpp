@@ -65,24 +65,26 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   if (problem.group_rows.empty()) active = problem.num_groups, rows = problem.total_rows;
   double mean_rows = active ? double(rows) / double(active) : 0.0;
 
-  if (spec.is_weight_only_4bit() && hopper_capable(arch) && spec.c != DType::f32) {
-    // Elsewhere (and for f32 C, which the Hopper 4-bit kernel does not write) the portable family
-    // widens the 4-bit weights, with the bf16 tile rules below.
+  const bool split_glu = spec.fusion.glu_activation() && spec.fusion.glu == GluLayout::split;
+  if (spec.is_weight_only_4bit() && hopper_capable(arch) && spec.c != DType::f32 && !split_glu) {
+    // Elsewhere (and for f32 C, which the Hopper 4-bit kernel does not write, or a split GLU, which
+    // it does not fuse) the portable family widens the 4-bit weights, with the bf16 tile rules below.
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows < kW4LargeTileMinRows ? kW4Small : kW4Large);
     spec.scheduler = Scheduler::static_persistent;
     spec.validate();
     return spec;
   }
-  if (problem.ab_type == DType::e4m3 && hopper_capable(arch)) {
-    // Elsewhere the portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
+  if (problem.ab_type == DType::e4m3 && hopper_capable(arch) && !spec.fusion.any()) {
+    // Elsewhere (and with fusions, which the Hopper FP8 kernel has not yet) the portable family
+    // widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows < kFp8LargeTileMinRows ? kFp8Small : kFp8Large);
     spec.scheduler = Scheduler::static_persistent;
     spec.validate();
     return spec;
   }
-  if (hopper_capable(arch) && !spec.is_weight_only_4bit()) {
+  if (hopper_capable(arch) && !spec.is_weight_only_4bit() && spec.a != DType::e4m3) {
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows <= 64 ? kHopperSmall : kHopperLarge);
   } else {

@@ -204,7 +204,7 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     fp.n_out = n_out;
   }
 
-  // FP8 and 4-bit kernels take no fusions (KernelSpec::validate).
+  // The Hopper FP8 kernel takes no fusions (KernelSpec::validate).
   if (spec.family == KernelFamily::hopper && spec.a == DType::e4m3) {
     // FP8 (hopper_fp8/): one stage is a 128-wide K block of e4m3 bytes (a 128-byte swizzle row);
     // A in tile-high boxes, B in tile-wide boxes; C is stored from registers (no tensor map).
@@ -217,9 +217,11 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   } else if (spec.family == KernelFamily::hopper && spec.is_weight_only_4bit()) {
     // 4-bit weight-only (hopper_w4/): activations in boxes of tile-M tokens x 64 K (128-byte
     // swizzle, wgmma's B operand); the pre-arranged weights are read by plain bulk copies from p.b.
-    std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
+    // Fusions: one more parameter (FusionParams); fuse=gather copies the token rows with cp.async
+    // (the map over [num_tokens, K] is then only a valid placeholder).
+    std::uint64_t rows = std::max(static_cast<unsigned>(fusion.gather_a ? args.num_tokens : p.total_rows), 1u);
     TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, spec.tile.m, 64);
-    void* params[] = {&p, &tma_a};
+    void* params[] = {&p, &tma_a, &fp};  // the unfused kernel takes the first two
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else if (spec.family == KernelFamily::hopper) {
     // A in 64-row boxes (a 128-row tile whose group ends in its first half loads one), B in

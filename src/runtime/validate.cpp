@@ -79,10 +79,13 @@ void validate_args(const GroupedGemmArgs& a) {
 }
 
 void validate_fusion_args(const GroupedGemmArgs& a, const Fusion& f) {
-  // The FP8 and 4-bit kernels have no fused epilogue (docs/design.md, "Fusions": gaps).
-  if (f.any() && (a.ab_type == DType::e4m3 || a.b_format() != a.ab_type))
-    bad("fusion ({}) with ab_type={}, b_type={}: fusions are implemented for bf16/f16 operands only", to_text(f),
-        to_text(a.ab_type), to_text(a.b_format()));
+  // Which kernels have fusions with FP8 / 4-bit operands is the spec's business (KernelSpec::validate:
+  // the portable family has them all). FP8 split GLU: a tile's up rows (n/2 + ...) must share one
+  // 128-row B scale block with each other, which holds for every tile when (n/2) % 128 == 0.
+  if (f.glu_activation() && f.glu == GluLayout::split && a.ab_type == DType::e4m3 && (a.n / 2) % 128)
+    bad("n={} with ab_type=e4m3, act={}, glu=split: the up half starts at column n/2, which must be a multiple of 128 "
+        "(the 128x128 B scale blocks; expected n % 256 == 0, or glu=interleaved)",
+        a.n, to_text(f.activation));
   // Each pointer exactly when its flag is set; a pointer (or count) without its flag is an error
   // too, so that a forgotten flag cannot silently drop a fusion the caller meant to have.
   if (f.gather_a) {

@@ -291,13 +291,19 @@ void KernelSpec::validate() const {
   if (acc != DType::f32) fail("acc={} (allowed: f32)", moejit::to_text(acc));
   if (stages < 2 || stages > 8) fail("stages={} (allowed: 2..8)", stages);
   if (fusion.any()) {
-    // Fusions are implemented in the bf16/f16 kernels of both families (docs/design.md, "Fusions").
-    if (a == DType::e4m3)
-      fail("fusions (fuse={}, act={}) with a=e4m3: the FP8 kernels (both families) have no fused epilogue yet",
+    // Fusions (docs/design.md, "Fusions"): the 16-bit kernels of both families and the portable
+    // family's FP8 and 4-bit kernels have them all; the Hopper FP8 and 4-bit kernels not yet.
+    if (family == KernelFamily::hopper && a == DType::e4m3)
+      fail("fusions (fuse={}, act={}) with a=e4m3 on family=hopper: the Hopper FP8 kernel has no fused epilogue yet "
+           "(family=portable has every fusion with e4m3)",
            fusion_text(fusion), moejit::to_text(fusion.activation));
-    if (is_weight_only_4bit())
-      fail("fusions (fuse={}, act={}) with b={}: the 4-bit weight-only kernels (both families) have no fused epilogue yet",
-           fusion_text(fusion), moejit::to_text(fusion.activation), moejit::to_text(b));
+    // The Hopper 4-bit kernel (roles swapped) has gather and the epilogue fusions but not split GLU
+    // (a tile's 128 weight rows are one packed block; gate and up halves would need two) nor
+    // atomic (its C is 16-bit: c=f32 is rejected below).
+    if (family == KernelFamily::hopper && is_weight_only_4bit() && fusion.glu_activation() && fusion.glu == GluLayout::split)
+      fail("glu=split with b={} on family=hopper: the Hopper 4-bit kernel has interleaved GLU only (gpt-oss's layout; "
+           "family=portable has split)",
+           moejit::to_text(b));
     if (fusion.atomic && !fusion.scatter_c) fail("fuse=atomic needs fuse=scatter (atomics accumulate scattered rows)");
     if (fusion.atomic && c != DType::f32) fail("fuse=atomic with c={} (atomic accumulation needs c=f32)", moejit::to_text(c));
     if (fusion.gather_a && family == KernelFamily::hopper && cluster_n != 1)

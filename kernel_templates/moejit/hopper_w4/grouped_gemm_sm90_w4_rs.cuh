@@ -24,6 +24,7 @@
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
 #include "moejit/common/scheduler.cuh"
+#include "moejit/common/fusion.cuh"
 #include "moejit/hopper/smem.cuh"
 #include "moejit/hopper/mbarrier.cuh"
 #include "moejit/hopper/tma.cuh"
@@ -50,14 +51,78 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
                : "memory");
 }
 
+// Fused epilogue of the roles-swapped accumulator (docs/design.md, "Fusions"). The accumulator is
+// C transposed: register 4j + 2h + e holds GEMM column (weight row) n_base + 8h and token (routed
+// row inside the group) token_base + 8j + e, so a thread's registers share 2 columns and spread
+// over tokens -- the opposite of the bf16 kernel's rows-in-lanes layout, hence this mapping
+// rather than hopper/fused_epilogue.cuh. Per element: + bias[g][column] -> activation ->
+// x routing_weights[row] -> C[row or scatter_rows[row]][column]. Interleaved GLU: gate = even column,
+// up = the next one, which is the same register of lane ^ 4 (quad row lane/4 + 1); one shuffle
+// per register pair gives the even-row lane its up (its h = 0 pair) and the odd-row lane its gate
+// (its h = 1 pair), so each lane writes one output column: (n_base + 7 odd) / 2.
+template <int kTypeC, class Fuse, int kAccRegs>
+__device__ __forceinline__ void w4_fused_store(const GroupedGemmParams& p, const FusionParams& f, const float (&acc)[kAccRegs],
+                                               const TileCoord& tile, int n_base, int token_base, int lane) {
+  using T = typename StorageOf<kTypeC>::type;
+  T* const c = static_cast<T*>(p.c);
+  const int n = p.n;
+  const int n_out = Fuse::glu ? n / 2 : n;
+  float bias[2] = {0.f, 0.f};
+  if constexpr (Fuse::bias) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) bias[h] = bias_at(f, tile.group, n, n_base + 8 * h);
+  }
+  const bool odd = ((lane / 4) & 1) != 0;  // GLU: this lane's columns are the up halves of h = 0 pairs
+#pragma unroll
+  for (int j = 0; j < kAccRegs / 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int token = token_base + 8 * j + e;
+      const bool in_group = token < tile.group_rows;
+      const long long routed = (long long)tile.row_begin + token;
+      float w = 1.f;
+      if constexpr (Fuse::weight) w = in_group ? __ldg(f.routing_weights + routed) : 0.f;
+      long long out_row = routed;
+      bool row_ok = in_group;
+      if constexpr (Fuse::scatter) {
+        const int to = in_group ? __ldg(f.scatter_rows + routed) : -1;
+        row_ok = (unsigned)to < (unsigned)f.num_out_rows;  // out of range (padding rows: -1): not written
+        out_row = to;
+      }
+      const float v0 = acc[4 * j + e] + bias[0], v1 = acc[4 * j + 2 + e] + bias[1];
+      if constexpr (Fuse::glu) {
+        const float received = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);  // every lane, no divergence
+        const float gate = odd ? received : v0;
+        const float up = odd ? v1 : received;
+        const int gate_col = n_base + (odd ? 7 : 0);  // even
+        const float out = activate_glu<Fuse::act>(gate, up) * w;
+        if (row_ok && gate_col < n) c[out_row * n_out + gate_col / 2] = (T)to_half_bits<kTypeC>(out);
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int col = n_base + 8 * h;
+          const float out = activate<Fuse::act>(h ? v1 : v0) * w;
+          if (row_ok && col < n) c[out_row * n_out + col] = (T)to_half_bits<kTypeC>(out);
+        }
+      }
+    }
+  }
+}
+
 template <int kTokens, int kStages, int kFormat = kMXFP4>
 __host__ __device__ constexpr int w4rs_smem_bytes() {
   return kStages * (kTokens * 128 + static_cast<int>(w4_block_bytes<kFormat>())) + 2048;
 }
 
 // kTokens: tokens per tile (the MMA's N); 128 weight rows per tile (two consumers x 64).
-template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP4>
-__device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, const TmaDescriptor& tma_a) {
+// Fuse / f (null without fusions; docs/design.md, "Fusions"): fuse=gather copies the tile's token
+// rows with cp.async by the producer warp (as the bf16 Hopper kernel does for A); the epilogue
+// fusions are applied on the transposed accumulator (w4_fused_store below). Not implemented here:
+// glu=split (a tile would need two half blocks of packed weights) and atomic (C is 16-bit).
+template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP4, class Fuse = NoFusion>
+__device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
+                                                   const FusionParams* f = nullptr) {
+  static_assert(!Fuse::glu_split && !Fuse::atomic, "4-bit Hopper kernel: no split GLU, no atomic combine");
   static_assert(kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 256,
                 "tokens per tile: 16, 32, 64, 128 or 256");
   static_assert(kFormat == kMXFP4 || kFormat == kNVFP4, "4-bit weights: MXFP4 or NVFP4");
@@ -81,7 +146,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(tma_a);
     for (int st = 0; st < kStages; ++st) {
-      mbarrier_init(full_bars + 8 * st, 1);
+      // fuse=gather: + one cp.async arrival per producer lane (the token rows come by cp.async).
+      mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 32 : 1);
       mbarrier_init(empty_bars + 8 * st, kConsumerWarps);
     }
     mbarrier_init_fence();
@@ -97,7 +163,65 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 
   if (warpgroup == 0) {
     warpgroup_release_registers<40>();
-    if (threadIdx.x == 0) {
+    if constexpr (Fuse::gather) {
+      // The producer warp: lane 0 bulk-copies the weights (expect_tx of their bytes), every lane
+      // copies its share of the tile's token rows (64 K of BF16 = 128 bytes each) with cp.async into
+      // the 128B-swizzled position TMA would have written (sw128_offset), then arrives on the full
+      // barrier when they land (noinc). Lane l holds the tokens of tile rows l + 32 i; rows past the
+      // group are not copied (their accumulator columns are never stored); an index outside
+      // [0, num_tokens) reads a zero row.
+      if (threadIdx.x < 32) {
+        const int lane = (int)threadIdx.x;
+        constexpr int kRowsPerLane = (kTokens + 31) / 32;
+        const unsigned short* const x_base = static_cast<const unsigned short*>(p.a);
+        const int chunk = gather_chunk(lane);
+        int stage = 0;
+        unsigned phase = 0;
+        for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+          const int x_row = tile.row_begin + tile.m_block * kTokens;
+          const int rows_valid = tile.group_rows - tile.m_block * kTokens;
+          int token[kRowsPerLane];
+#pragma unroll
+          for (int i = 0; i < kRowsPerLane; ++i) {
+            const int r = lane + 32 * i;
+            int t = -1;
+            if (r < kTokens && r < rows_valid) t = __ldg(f->gather_rows + x_row + r);
+            token[i] = (unsigned)t < (unsigned)f->num_tokens ? t : -1;
+          }
+          const unsigned char* w_blocks = static_cast<const unsigned char*>(p.b) +
+              (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kBlockBytes;
+          for (int kb = 0; kb < num_k_blocks; ++kb) {
+            mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+            const unsigned full = full_bars + 8 * stage;
+            if (lane == 0) {
+              mbarrier_arrive_expect_tx(full, kBlockBytes);
+              bulk_load(w_stages + stage * kBlockBytes, w_blocks + static_cast<long long>(kb) * kBlockBytes,
+                        kBlockBytes, full);
+            }
+            const int k = kb * 64 + chunk * 8;
+            const bool k_valid = k < p.k;  // K % 16 == 0: a chunk is wholly inside or outside K
+            const unsigned x_stage = x_stages + stage * kXBytes;
+#pragma unroll
+            for (int i = 0; i < kRowsPerLane; ++i) {
+#pragma unroll 1
+              for (int step = 0; step < 8; ++step) {
+                const int r_in = gather_block_row(lane, step);  // row 32 i + r_in: lane r_in's token[i]
+                const int t = __shfl_sync(0xffffffffu, token[i], r_in);
+                const int r = 32 * i + r_in;
+                if (r < kTokens && r < rows_valid) {
+                  const bool valid = k_valid && t >= 0;
+                  const unsigned short* src = valid ? x_base + (long long)t * p.k + k : x_base;
+                  cp_async_16_zfill_sm90(x_stage + sw128_offset(r, chunk), src, valid);
+                }
+              }
+            }
+            cp_async_mbarrier_arrive_noinc(full);
+            if (++stage == kStages) stage = 0, phase ^= 1;
+          }
+        }
+        cp_async_wait_all_sm90();  // no lane exits with copies (and their arrivals) in flight
+      }
+    } else if (threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;
       for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
@@ -132,6 +256,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     // registers must stay put until the wgmmas reading them finish).
     auto widen = [&](unsigned (&frag)[4][4]) {
       mbarrier_wait(full_bars + 8 * stage, phase);
+      // fuse=gather: the token rows came through the generic proxy (cp.async); order them before wgmma.
+      if constexpr (Fuse::gather) fence_proxy_async_shared();
       const unsigned w_stage = w_stages + stage * kBlockBytes;
       unsigned codes[4], scales[2];
       asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
@@ -213,6 +339,10 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       T* const c = static_cast<T*>(p.c);
       const int n_base = tile.n_block * kRowsW + consumer * 64 + warp_in_group * 16 + lane / 4;
       const int token_base = tile.m_block * kTokens + 2 * (lane % 4);
+      if constexpr (Fuse::epilogue) {
+        w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc, tile, n_base, token_base, lane);
+        continue;
+      }
 #pragma unroll
       for (int j = 0; j < kAccRegs / 4; ++j) {
 #pragma unroll

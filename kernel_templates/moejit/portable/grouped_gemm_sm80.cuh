@@ -291,8 +291,10 @@ __device__ void grouped_gemm(const GroupedGemmParams& p, const FusionParams& f) 
   constexpr int kMmaType = kFp8 ? kBF16 : kTypeAB;
   static_assert(kTypeB == kTypeAB || (kW4 && kTypeAB == kBF16), "B: A's type, or 4-bit weights with bf16 A");
   static_assert(!kFp8 || (128 % kBlockK == 0 && kBlockN <= 128), "FP8: k-blocks tile a 128-wide scale block, one B scale per tile");
-  // The spec rejects fusions with quantized operands (docs/design.md, "Fusions": gaps).
-  static_assert(!Fuse::any || (!kFp8 && !kW4), "fusions: 16-bit operands only");
+  // Fusions with quantized operands (docs/design.md, "Fusions"): the epilogue sees the scaled fp32
+  // accumulator as with 16-bit operands; gather reads A rows (and FP8's activation scales) by token;
+  // split GLU maps B rows in the FP8 / 4-bit loaders. FP8 split GLU needs (N/2) % 128 == 0 (the up
+  // half's rows then share one B scale block per tile; validate_fusion_args checks it).
   constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   constexpr int kWarpTileM = kBlockM / kWarpsM;
   constexpr int kWarpTileN = kBlockN / kWarpsN;
@@ -363,26 +365,31 @@ __device__ void grouped_gemm(const GroupedGemmParams& p, const FusionParams& f) 
     const int cols_valid = p.n - tile_col;
 
     using ALoader = typename Select<
-        kFp8, detail::E4m3WidenLoader<kBlockM, kBlockK, kThreads, kPitch>,
+        kFp8,
+        typename Select<Fuse::gather, detail::E4m3GatherLoader<kBlockM, kBlockK, kThreads, kPitch>,
+                        detail::E4m3WidenLoader<kBlockM, kBlockK, kThreads, kPitch>>::type,
         typename Select<Fuse::gather, detail::GatherLoader<kBlockM, kBlockK, kThreads>,
                         detail::OperandLoader<kBlockM, kBlockK, kThreads>>::type>::type;
     using BLoader = typename Select<
-        kFp8, detail::E4m3WidenLoader<kBlockN, kBlockK, kThreads, kPitch>,
-        typename Select<kW4, detail::W4WidenLoader<kBlockN, kBlockK, kThreads, kTypeB, kPitch>,
+        kFp8, detail::E4m3WidenLoader<kBlockN, kBlockK, kThreads, kPitch, Fuse::glu_split>,
+        typename Select<kW4, detail::W4WidenLoader<kBlockN, kBlockK, kThreads, kTypeB, kPitch, Fuse::glu_split>,
                         detail::OperandLoader<kBlockN, kBlockK, kThreads>>::type>::type;
     ALoader load_a;
     BLoader load_b;
-    if constexpr (kFp8) {
-      load_a.init(static_cast<const unsigned char*>(p.a) + (coord.row_begin + tile_row) * k, rows_valid, k);
-    } else if constexpr (Fuse::gather) {
+    if constexpr (Fuse::gather) {
       load_a.init(f.gather_rows + coord.row_begin + tile_row, rows_valid, f.num_tokens);
+    } else if constexpr (kFp8) {
+      load_a.init(static_cast<const unsigned char*>(p.a) + (coord.row_begin + tile_row) * k, rows_valid, k);
     } else {
       load_a.init(a_base, a_base + (coord.row_begin + tile_row) * k, rows_valid, k);
     }
-    if constexpr (kFp8) {
+    if constexpr (kFp8 && Fuse::glu_split) {
+      load_b.init_split(static_cast<const unsigned char*>(p.b) + (long long)coord.group * n * k, tile_col / 2, p.n / 2,
+                        cols_valid, k);
+    } else if constexpr (kFp8) {
       load_b.init(static_cast<const unsigned char*>(p.b) + ((long long)coord.group * n + tile_col) * k, cols_valid, k);
     } else if constexpr (kW4) {
-      load_b.init(p.b, coord.group, tile_col, cols_valid, p.n, p.k);
+      load_b.init(p.b, coord.group, tile_col, cols_valid, p.n, p.k);  // kSplit: rows mapped by the loader
     } else if constexpr (Fuse::glu_split) {
       load_b.init_split(b_base, b_base + (long long)coord.group * n * k, tile_col / 2, p.n / 2, cols_valid, k);
     } else {
@@ -392,21 +399,36 @@ __device__ void grouped_gemm(const GroupedGemmParams& p, const FusionParams& f) 
     float total[kFp8 ? kMmaM : 1][kFp8 ? kMmaN : 1][4];
     const float* scale_rows[kFp8 ? kMmaM : 1][2];
     const float* scale_b_tile = nullptr;
+    const float* scale_b_up = nullptr;  // split GLU: the up rows' scale block (odd tile columns)
     if constexpr (kFp8) {
 #pragma unroll
       for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = tile_row + warp_m * kWarpTileM + mi * 16 + (lane >> 2) + 8 * h;  // inside the group
-          scale_rows[mi][h] = r < coord.group_rows ? p.scale_a + coord.row_begin + r : nullptr;
+          if constexpr (Fuse::gather) {
+            // A is in token order: the row's activation scales are its token's ([kb][num_tokens]).
+            const int t = r < coord.group_rows ? __ldg(f.gather_rows + coord.row_begin + r) : -1;
+            scale_rows[mi][h] = (unsigned)t < (unsigned)f.num_tokens ? p.scale_a + t : nullptr;
+          } else {
+            scale_rows[mi][h] = r < coord.group_rows ? p.scale_a + coord.row_begin + r : nullptr;
+          }
         }
 #pragma unroll
         for (int ni = 0; ni < kMmaN; ++ni)
 #pragma unroll
           for (int e = 0; e < 4; ++e) total[mi][ni][e] = 0.f;
       }
-      scale_b_tile = static_cast<const float*>(p.scale_b) +
-                     ((long long)coord.group * ((p.n + 127) / 128) + tile_col / 128) * ((p.k + 127) / 128);
+      if constexpr (Fuse::glu_split) {
+        // Gate rows tile_col/2 .. + kBlockN/2 lie in one 128-row scale block, and so do the up rows
+        // n/2 + tile_col/2 .. when (n/2) % 128 == 0 (validate_fusion_args).
+        const float* group_scales = static_cast<const float*>(p.scale_b) + (long long)coord.group * ((p.n + 127) / 128) * ((p.k + 127) / 128);
+        scale_b_tile = group_scales + (long long)(tile_col / 2 / 128) * ((p.k + 127) / 128);
+        scale_b_up = group_scales + (long long)((p.n / 2 + tile_col / 2) / 128) * ((p.k + 127) / 128);
+      } else {
+        scale_b_tile = static_cast<const float*>(p.scale_b) +
+                       ((long long)coord.group * ((p.n + 127) / 128) + tile_col / 128) * ((p.k + 127) / 128);
+      }
     }
 
     float acc[kMmaM][kMmaN][4];
@@ -477,17 +499,26 @@ __device__ void grouped_gemm(const GroupedGemmParams& p, const FusionParams& f) 
         if ((kb + 1) % (128 / kBlockK) == 0 || kb + 1 == k_blocks) {
           const int kb128 = kb * kBlockK / 128;
           const float sb = __ldg(scale_b_tile + kb128);
-          const long long a_stride = p.total_rows;
+          const long long a_stride = Fuse::gather ? (long long)f.num_tokens : p.total_rows;
+          // Split GLU: odd tile columns are up rows with their own B scale (even columns: gate).
+          float sb_up = sb;
+          if constexpr (Fuse::glu_split) sb_up = __ldg(scale_b_up + kb128);
 #pragma unroll
           for (int mi = 0; mi < kMmaM; ++mi) {
             const float s0 = scale_rows[mi][0] ? __ldg(scale_rows[mi][0] + kb128 * a_stride) * sb : 0.f;
             const float s1 = scale_rows[mi][1] ? __ldg(scale_rows[mi][1] + kb128 * a_stride) * sb : 0.f;
+            // Odd columns: with the up block's scale (split GLU), else s0 / s1.
+            float s0_odd = s0, s1_odd = s1;
+            if constexpr (Fuse::glu_split) {
+              s0_odd = scale_rows[mi][0] ? __ldg(scale_rows[mi][0] + kb128 * a_stride) * sb_up : 0.f;
+              s1_odd = scale_rows[mi][1] ? __ldg(scale_rows[mi][1] + kb128 * a_stride) * sb_up : 0.f;
+            }
 #pragma unroll
             for (int ni = 0; ni < kMmaN; ++ni) {
               total[mi][ni][0] = fmaf(acc[mi][ni][0], s0, total[mi][ni][0]);
-              total[mi][ni][1] = fmaf(acc[mi][ni][1], s0, total[mi][ni][1]);
+              total[mi][ni][1] = fmaf(acc[mi][ni][1], s0_odd, total[mi][ni][1]);
               total[mi][ni][2] = fmaf(acc[mi][ni][2], s1, total[mi][ni][2]);
-              total[mi][ni][3] = fmaf(acc[mi][ni][3], s1, total[mi][ni][3]);
+              total[mi][ni][3] = fmaf(acc[mi][ni][3], s1_odd, total[mi][ni][3]);
 #pragma unroll
               for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
             }

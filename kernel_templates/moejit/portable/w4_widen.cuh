@@ -6,6 +6,7 @@
 #pragma once
 #include "moejit/common/types.cuh"
 #include "moejit/common/w4_layout.cuh"
+#include "moejit/common/fusion_index.cuh"  // split_glu_tile_row
 #include "moejit/hopper_w4/e2m1.cuh"  // integer-only E2M1 / E8M0 bit placement (no sm_90 instruction)
 
 namespace moejit::portable {
@@ -42,7 +43,9 @@ namespace detail {
 // The per-thread part of loading one k-block of a kRows x kBlockK tile of E4M3 (FP8 A or B): the
 // OperandLoader's chunk mapping (8 K of one row per chunk), each chunk's 8 bytes read from global
 // memory and widened exactly to BF16 into the stage. Scales are applied by the kernel's promotion.
-template <int kRows, int kBlockK, int kThreads, int kPitch>
+// kSplit (B of fuse act=swiglu*, glu=split): tile row 2i is gate row out0 + i, 2i + 1 up row
+// half_n + out0 + i of the group (split_glu_tile_row), as the 16-bit OperandLoader::init_split.
+template <int kRows, int kBlockK, int kThreads, int kPitch, bool kSplit = false>
 struct E4m3WidenLoader {
   static constexpr int kChunksPerRow = kBlockK / 8;
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
@@ -62,6 +65,13 @@ struct E4m3WidenLoader {
     src = static_cast<const unsigned char*>(tile_base);
     dst = (unsigned)(row * kPitch + k_offset) * 2u;
   }
+  int out0, half_n;  // kSplit only (unused otherwise: never read, so no registers)
+  __device__ __forceinline__ void init_split(const void* group_base, int first_out, int half, int rows_present,
+                                             long long stride) {
+    init(group_base, rows_present, stride);
+    out0 = first_out;
+    half_n = half;
+  }
 
   __device__ __forceinline__ void load(unsigned stage_address, int k_begin, int k) const {
     const int kabs = k_begin + k_offset;  // K % 16 == 0 for e4m3: a chunk is all in or all out
@@ -72,9 +82,59 @@ struct E4m3WidenLoader {
       unsigned out[4] = {0u, 0u, 0u, 0u};
       if (kabs < k && local < rows_valid) {
         unsigned w0, w1;
+        const long long src_row = kSplit ? (long long)split_glu_tile_row(local, out0, half_n) : (long long)local;
         asm volatile("ld.global.nc.v2.b32 {%0, %1}, [%2];"
                      : "=r"(w0), "=r"(w1)
-                     : "l"(src + local * row_stride + kabs));
+                     : "l"(src + src_row * row_stride + kabs));
+        out[0] = e4m3x2_to_bf16x2_sm80(w0);
+        out[1] = e4m3x2_to_bf16x2_sm80(w0 >> 16);
+        out[2] = e4m3x2_to_bf16x2_sm80(w1);
+        out[3] = e4m3x2_to_bf16x2_sm80(w1 >> 16);
+      }
+      const unsigned address = stage_address + dst + (unsigned)(i * kRowsPerPass * kPitch * 2);
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(address), "r"(out[0]), "r"(out[1]), "r"(out[2]),
+                   "r"(out[3])
+                   : "memory");
+    }
+  }
+};
+
+// The A operand of FP8 with fuse=gather: tile row i is E4M3 row rows[i] of A (token order),
+// widened like E4m3WidenLoader; an index outside [0, num_tokens) reads a zero row. The kernel
+// gathers the rows' activation scales by the same tokens (scale_a is [K blocks][num_tokens]).
+template <int kRows, int kBlockK, int kThreads, int kPitch>
+struct E4m3GatherLoader {
+  static constexpr int kChunksPerRow = kBlockK / 8;
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  static_assert(kThreads % kChunksPerRow == 0, "a pass of the CTA must cover whole rows");
+
+  int token[kPasses];  // -1: absent row
+
+  __device__ __forceinline__ void init(const int* rows, int rows_valid, int num_tokens) {
+    const int row = (int)threadIdx.x / kChunksPerRow;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = row + i * kRowsPerPass;
+      int t = -1;
+      if ((kRows % kRowsPerPass == 0 || r < kRows) && r < rows_valid) t = __ldg(rows + r);
+      token[i] = (unsigned)t < (unsigned)num_tokens ? t : -1;
+    }
+  }
+
+  __device__ __forceinline__ void load(unsigned stage_address, int k_begin, int k, const void* base) const {
+    const int row = (int)threadIdx.x / kChunksPerRow;
+    const int kabs = k_begin + ((int)threadIdx.x % kChunksPerRow) * 8;
+    const unsigned dst = (unsigned)(row * kPitch + ((int)threadIdx.x % kChunksPerRow) * 8) * 2u;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      if (kRows % kRowsPerPass != 0 && row + i * kRowsPerPass >= kRows) continue;
+      unsigned out[4] = {0u, 0u, 0u, 0u};
+      if (kabs < k && token[i] >= 0) {
+        unsigned w0, w1;
+        asm volatile("ld.global.nc.v2.b32 {%0, %1}, [%2];"
+                     : "=r"(w0), "=r"(w1)
+                     : "l"(static_cast<const unsigned char*>(base) + (long long)token[i] * k + kabs));
         out[0] = e4m3x2_to_bf16x2_sm80(w0);
         out[1] = e4m3x2_to_bf16x2_sm80(w0 >> 16);
         out[2] = e4m3x2_to_bf16x2_sm80(w1);
@@ -91,7 +151,9 @@ struct E4m3WidenLoader {
 // The per-thread part of widening one k-block of a kRows x kBlockK tile of 4-bit B: the same
 // chunk-to-thread mapping as OperandLoader (16 bytes of BF16 = 8 K of one row per chunk), so the
 // stage layout is the 16-bit kernel's. kPitch: row pitch of a stage in 16-bit elements.
-template <int kRows, int kBlockK, int kThreads, int kFormat, int kPitch>
+// kSplit (fuse act=swiglu*, glu=split): tile row 2i is weight row first_row / 2 + i (gate), 2i + 1
+// weight row n / 2 + first_row / 2 + i (up), as the 16-bit OperandLoader::init_split.
+template <int kRows, int kBlockK, int kThreads, int kFormat, int kPitch, bool kSplit = false>
 struct W4WidenLoader {
   static constexpr int kChunksPerRow = kBlockK / 8;
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
@@ -107,9 +169,11 @@ struct W4WidenLoader {
   int tile_col;                       // first weight row (N index) of the tile
   int rows_valid;
   int k_offset;
+  int half_n;  // kSplit only
   unsigned dst;
 
   __device__ __forceinline__ void init(const void* packed, int group, int first_row, int rows_present, int n, int k) {
+    half_n = n / 2;
     row = (int)threadIdx.x / kChunksPerRow;
     k_offset = ((int)threadIdx.x % kChunksPerRow) * 8;
     k_blocks64 = (k + 63) / 64;
@@ -130,7 +194,8 @@ struct W4WidenLoader {
       if (kabs < k && local < rows_valid) {
         // Fragment position of (weight row r, K kabs .. kabs + 7) in the packed block (formats.hpp);
         // K pair kabs + 2c, + 1 lives in fragment thread c, 16 bytes after thread c - 1's.
-        const W4Offsets at = w4_sm90_offsets(tile_col + local, kabs, k_blocks64, kFormat == kNVFP4);
+        const int weight_row = kSplit ? split_glu_tile_row(local, tile_col / 2, half_n) : tile_col + local;
+        const W4Offsets at = w4_sm90_offsets(weight_row, kabs, k_blocks64, kFormat == kNVFP4);
         const unsigned char* block = group_blocks + at.block * kBlockBytes;
         const unsigned scale_byte = __ldg(block + at.scale);
         const unsigned scale = kFormat == kNVFP4 ? e4m3_to_bf16x2_sm80(scale_byte) : hopper::e8m0_to_bf16x2(scale_byte);

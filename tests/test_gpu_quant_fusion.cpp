@@ -1,0 +1,193 @@
+// GPU tests of the fusions with quantized operands (docs/design.md, "Fusions"): FP8 (E4M3, 1x128
+// activation and 128x128 weight block scales) and weight-only MXFP4 / NVFP4, every fusion flag,
+// each activation, both GLU layouts and the atomic combine, × kernel family (portable everywhere;
+// the Hopper 4-bit kernel where it has them) × layout. Reference: tests/fusion_problem.hpp in FP64
+// on the same quantized operands (dequantized exactly), on fresh random data, output poisoned
+// first; norm-wise and per-element bounds. Routings: random top-k with experts that receive 0 rows,
+// every token to one expert (M not a multiple of any tile), groups padded like the routing
+// helper's, decode. Written against the H100; compiled and CPU-checked, not yet run on a GPU.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <thread>
+
+#include "fusion_problem.hpp"
+#include "moejit/moejit.hpp"
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+
+Runtime& runtime() {
+  static Runtime rt;
+  return rt;
+}
+
+// ||out - ref|| / ||ref||: C's rounding, the approximate activations (tanh.approx ~2^-11) and, for
+// FP8 and 4-bit, fp32 accumulation of exactly widened products (the reference uses the same
+// quantized operands, so quantization error is not part of the difference).
+double error_bound(const KernelSpec& s) {
+  if (s.c == DType::bf16) return 1e-2;
+  if (s.c == DType::f16) return 5e-3;
+  return 1e-3;
+}
+std::pair<double, double> element_bound(const KernelSpec& s) {
+  if (s.c == DType::bf16) return {1.0 / 64, 1e-2};
+  if (s.c == DType::f16) return {1.0 / 256, 5e-3};
+  return {1e-4, 1e-3};
+}
+
+struct Case {
+  const char* fuse;
+  const char* act;
+  const char* glu;  // "": default (interleaved)
+  bool f32_out;
+};
+const Case kCases[] = {
+    {"gather", "none", "", false},
+    {"scatter", "none", "", false},
+    {"weight", "none", "", false},
+    {"bias", "none", "", false},
+    {"none", "silu", "", false},
+    {"none", "gelu", "", false},
+    {"none", "swiglu", "split", false},
+    {"gather+bias", "swiglu_oai", "interleaved", false},  // GEMM1 of gpt-oss (MXFP4 weights)
+    {"gather+bias", "swiglu", "split", false},            // GEMM1, split gate/up (DeepSeek/Qwen FP8)
+    {"scatter+weight+bias", "none", "", false},           // GEMM2 of gpt-oss, deterministic combine
+    {"scatter+weight+atomic", "none", "", true},          // GEMM2, atomic combine
+    {"gather+scatter+weight+bias", "gelu", "", true},
+};
+
+// family, tile text, formats (a/b) it runs.
+struct Family {
+  KernelFamily family;
+  const char* tile;
+};
+std::vector<Family> families() {
+  std::vector<Family> out = {{KernelFamily::portable, "tile=128x128x32,stages=4,warps=2x4,sched=dynamic"},
+                             {KernelFamily::portable, "tile=64x128x64,stages=3,warps=2x4,sched=static"}};
+  const Arch arch = runtime().arch();
+  if (arch.sm() == 90 && arch.arch_specific)
+    for (const char* t : {"tile=64x128x64,stages=8", "tile=128x128x64,stages=8", "tile=32x128x64,stages=8"})
+      out.push_back({KernelFamily::hopper, t});
+  return out;
+}
+
+std::vector<KernelSpec> quant_fused_specs() {
+  std::vector<KernelSpec> out;
+  const Arch arch = runtime().arch();
+  const char* only = std::getenv("MOEJIT_TEST_FAMILY");
+  for (const Family& fam : families()) {
+    if (only && to_text(fam.family) != only) continue;
+    for (const Case& c : kCases)
+      for (const char* layout : {"contiguous", "masked"})
+        for (const char* ab : {"a=e4m3,b=e4m3", "a=bf16,b=mxfp4", "a=bf16,b=nvfp4"}) {
+          std::string text = fmt::format("family={},arch={},layout={},{},c={},{},fuse={},act={}", to_text(fam.family),
+                                         arch.to_text(), layout, ab, c.f32_out ? "f32" : "bf16", fam.tile, c.fuse, c.act);
+          if (*c.glu) text += fmt::format(",glu={}", c.glu);
+          KernelSpec s;
+          try {
+            s = KernelSpec::parse(text);
+            s.validate();
+          } catch (const SpecError&) {
+            continue;  // not implemented for that family / format (KernelSpec::validate says why)
+          }
+          out.push_back(s);
+        }
+  }
+  if (std::getenv("MOEJIT_TEST_QUICK")) std::erase_if(out, [](const KernelSpec& s) { return s.layout != GroupLayout::contiguous; });
+  return out;
+}
+
+void prewarm(const std::vector<KernelSpec>& specs) {
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
+    threads.emplace_back([&] {
+      for (std::size_t i; (i = next++) < specs.size();) runtime().compile(specs[i]);
+    });
+  for (auto& t : threads) t.join();
+}
+
+// N: FP8 with a split GLU needs (N/2) % 128 == 0 (validate_fusion_args); otherwise a ragged N.
+int n_for(const KernelSpec& s, int ragged) {
+  return s.a == DType::e4m3 && s.fusion.glu_activation() && s.fusion.glu == GluLayout::split ? 512 : ragged;
+}
+
+FusedProblem make(const KernelSpec& spec, int tokens, int top_k, int groups, int n, int k,
+                  const std::vector<std::vector<int>>& routing, std::mt19937& rng, int row_alignment = 1) {
+  FusedProblem p;
+  p.spec = spec;
+  p.tokens = tokens, p.top_k = top_k, p.groups = groups, p.n = n, p.k = k;
+  p.route(routing, rng, row_alignment);
+  p.fill(rng);
+  return p;
+}
+
+void run_and_check(FusedProblem& p, const char* what) {
+  const KernelSpec& spec = p.spec;
+  p.prepare_output();
+  runtime().kernel(spec).launch(p.args(), nullptr);
+  MOEJIT_CU(driver().cuCtxSynchronize());
+  const auto [elem_rel, elem_abs] = element_bound(spec);
+  auto r = p.check(elem_rel, elem_abs);
+  const int n_out = p.n_out();
+  INFO(fmt::format("{} spec {} (n {} k {}): rel_err {:.2e} (bound {:.0e}) nan {} written_outside {} checked {} "
+                   "elements_off {} (worst: row {} col {} got {} ref {})",
+                   what, spec.to_text(), p.n, p.k, r.rel_err, error_bound(spec), r.nan_where_written, r.written_outside,
+                   r.checked, r.elements_off, r.worst / n_out, r.worst % n_out, r.worst_got, r.worst_ref));
+  CHECK(r.nan_where_written == 0);
+  CHECK(r.written_outside == 0);
+  CHECK(r.checked > 0);
+  CHECK(r.rel_err < error_bound(spec));
+  CHECK(r.elements_off == 0);
+}
+
+}  // namespace
+
+TEST_CASE("quant fusion: variants under test (compiled in parallel first)", "[gpu][fusion][fp8][w4]") {
+  auto specs = quant_fused_specs();
+  WARN(fmt::format("device {}: {} fused FP8 / 4-bit kernel variants under test", runtime().device_name(), specs.size()));
+  prewarm(specs);
+  REQUIRE(!specs.empty());
+}
+
+TEST_CASE("quant fusion: random top-4 routing, experts with 0 rows, ragged N, K tail", "[gpu][fusion][fp8][w4]") {
+  std::mt19937 rng(2026);
+  for (auto& spec : quant_fused_specs()) {
+    // 8 experts, 3 and 6 empty; N = 320 (n/2 = 160), K = 160 (a partial 128-wide FP8 scale block,
+    // a partial 64-wide packed 4-bit block).
+    auto routing = random_routing(301, 4, 8, {3, 6}, rng);
+    auto p = make(spec, 301, 4, 8, n_for(spec, 320), 160, routing, rng);
+    run_and_check(p, "random top-4");
+  }
+}
+
+TEST_CASE("quant fusion: every token to one expert (517 rows)", "[gpu][fusion][fp8][w4]") {
+  std::mt19937 rng(78);
+  for (auto& spec : quant_fused_specs()) {
+    auto p = make(spec, 517, 1, 4, n_for(spec, 256), 256, one_expert_routing(517, 2), rng);
+    run_and_check(p, "one expert");
+  }
+}
+
+TEST_CASE("quant fusion: groups padded like the routing helper's", "[gpu][fusion][fp8][w4]") {
+  std::mt19937 rng(32);
+  for (auto& spec : quant_fused_specs()) {
+    if (spec.layout != GroupLayout::contiguous) continue;
+    auto routing = random_routing(301, 4, 8, {3, 6}, rng);
+    auto p = make(spec, 301, 4, 8, n_for(spec, 320), 160, routing, rng, 64);
+    run_and_check(p, "padded groups");
+  }
+}
+
+TEST_CASE("quant fusion: decode (5 tokens, 16 experts)", "[gpu][fusion][fp8][w4]") {
+  std::mt19937 rng(6);
+  for (auto& spec : quant_fused_specs()) {
+    auto routing = random_routing(5, 2, 16, {}, rng);
+    auto p = make(spec, 5, 2, 16, 512, 256, routing, rng);
+    run_and_check(p, "decode");
+  }
+}
