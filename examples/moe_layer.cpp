@@ -9,8 +9,8 @@
 // Models (shapes as tests/gpu/moe_layer_peers.py, which times the same layer in torch):
 //   gpt-oss-120b   128 experts, top-4, H = I = 2880; top-k then softmax; biases; swiglu_oai
 //                  (gate clamped at 7, linear part at +-7, gate * sigmoid(1.702 gate) * (up + 1))
-//                  on interleaved gate/up columns as gpt-oss stores gate_up_proj. BF16 weights
-//                  (MXFP4 once the formats issue lands).
+//                  on interleaved gate/up columns as gpt-oss stores gate_up_proj. BF16 weights,
+//                  or MXFP4 with --weights mxfp4 (as gpt-oss ships them: E2M1 + E8M0 per 32 K).
 //   qwen3-30b-a3b  128 experts, top-8, H = 2048, I = 768; softmax, top-k, renormalized; SwiGLU.
 //                  gate_proj/up_proj rows are stored interleaved (a load-time choice) so the same
 //                  GEMM1 epilogue serves both models.
@@ -18,6 +18,9 @@
 //                  groups, top-8, renormalized, x2.5; SwiGLU (interleaved). (The torch peer leaves
 //                  the group limit and bias out: the GEMMs see the same work.)
 //
+// --weights mxfp4: W1 and W2 quantized by moejit::quantize_mxfp4 and packed by pack_w4_sm90 (the
+// GEMMs then take b_type = mxfp4: the Hopper 4-bit kernel with its fusions on sm_90a); the CPU
+// reference uses the dequantized weights (exact in bf16: 2 significant bits times a power of two).
 // Checked against a CPU reference of the whole layer on sampled tokens: the same bf16 inputs,
 // double accumulation, the intermediate h and the expert outputs rounded to bf16 where the GPU
 // stores them. Routing is checked exactly (ids of every token). Bound: ||out - ref|| / ||ref||
@@ -28,7 +31,7 @@
 // Without a GPU it says so, compiles (prewarms) the kernels it would use for sm_90a, and exits 0.
 //
 //   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all] [--tokens 16,1024,16384]
-//             [--check-tokens 32] [--reps 20] [--route-only]
+//             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4] [--route-only]
 //   --route-only: time and check route() alone (no weights), e.g. DeepSeek-V3 at 16384 tokens
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -120,14 +123,30 @@ double round_bf16(double v) { return bf16_to_float(float_to_bf16(static_cast<flo
 
 struct Weights {
   std::vector<std::uint16_t> w1, w2;   // [E, 2I, H] (gate/up rows interleaved), [E, H, I]
+  std::vector<std::uint8_t> q1, q2;    // --weights mxfp4: w1, w2 packed by pack_w4_sm90 (w1, w2 dequantized)
   std::vector<float> b1, b2, bias;     // [E, 2I], [E, H] (gpt-oss), correction bias [E] (DeepSeek-V3)
 };
 
-Weights make_weights(const LayerModel& m) {
+// MXFP4 of bf16 weights [E][rows][K]: the packed blocks the kernels read, and the weights
+// replaced by their dequantized values (exact in bf16) for the reference.
+std::vector<std::uint8_t> to_mxfp4(std::vector<std::uint16_t>& bf16, int experts, int rows, int k) {
+  std::vector<float> f(bf16.size());
+  parallel_for(bf16.size(), [&](std::size_t i) { f[i] = bf16_to_float(bf16[i]); });
+  const Mxfp4Tensor q = quantize_mxfp4(f.data(), QuantShape{experts, rows, k});
+  const std::vector<float> deq = dequantize(q);
+  parallel_for(bf16.size(), [&](std::size_t i) { bf16[i] = float_to_bf16(deq[i]); });
+  return pack_w4_sm90(q);
+}
+
+Weights make_weights(const LayerModel& m, DType weights) {
   Weights w;
   const std::size_t E = m.experts, H = m.hidden, I = m.intermediate;
   w.w1 = random_bf16(E * 2 * I * H, 11, 1.0f / std::sqrt((float)H));
   w.w2 = random_bf16(E * H * I, 12, 1.0f / std::sqrt((float)I));
+  if (weights == DType::mxfp4) {
+    w.q1 = to_mxfp4(w.w1, m.experts, 2 * m.intermediate, m.hidden);
+    w.q2 = to_mxfp4(w.w2, m.experts, m.hidden, m.intermediate);
+  }
   if (m.expert_bias) {
     w.b1 = random_f32(E * 2 * I, 13, 0.1f);
     w.b2 = random_f32(E * H, 14, 0.1f);
@@ -187,8 +206,9 @@ struct LayerGemms {
   Fusion up_fusion, down_fusion;
 };
 
-LayerGemms layer_gemms(const LayerModel& m, int tokens) {
+LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights) {
   LayerGemms g;
+  if (weights != DType::bf16) g.up.b_type = g.down.b_type = weights;
   const int rows = tokens * m.top_k;
   g.up.num_groups = g.down.num_groups = m.experts;
   g.up.n = 2 * m.intermediate;
@@ -253,7 +273,7 @@ std::vector<float> random_logits(const LayerModel& m, int tokens) {
 }
 
 // No GPU: compile what the layer would use, for sm_90a.
-int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>& token_counts) {
+int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>& token_counts, DType weights) {
   fmt::print("no GPU here: prewarming the kernels the layer would use (sm_90a) instead\n");
   auto rt = Runtime::offline(Arch{9, 0, true});
   int compiled = 0, unavailable = 0;
@@ -276,7 +296,7 @@ int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>
       RoutingArgs shape = routing_shape(*m, tokens);
       auto routing = reference::route(shape, random_logits(*m, tokens),
                                       m->correction_bias ? std::vector<float>(m->experts, 0.f) : std::vector<float>{});
-      LayerGemms g = layer_gemms(*m, tokens);
+      LayerGemms g = layer_gemms(*m, tokens, weights);
       g.up.host_groups = routing.group_offsets;
       g.down.host_groups = routing.group_offsets;
       for (auto [what, args, fusion] : {std::tuple{"gemm1", &g.up, &g.up_fusion}, std::tuple{"gemm2", &g.down, &g.down_fusion}}) {
@@ -305,7 +325,7 @@ float median(std::vector<float> v) {
   return v.empty() ? 0.f : v[v.size() / 2];
 }
 
-bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, const std::uint16_t* d_w1, const std::uint16_t* d_w2,
+bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights, const void* d_w1, const void* d_w2,
                const float* d_b1, const float* d_b2, const float* d_bias, int tokens, int check_tokens, int reps) {
   const int E = m.experts, K = m.top_k, H = m.hidden, I = m.intermediate;
   const long long rows = (long long)tokens * K;
@@ -335,7 +355,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, const std::ui
   std::vector<int> offsets(E + 1);
   check_cuda(cudaMemcpy(offsets.data(), ra.group_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost), "offsets");
 
-  LayerGemms g = layer_gemms(m, tokens);
+  LayerGemms g = layer_gemms(m, tokens, weights);
   g.up.a = d_x;
   g.up.b = d_w1;
   g.up.c = d_h;
@@ -532,6 +552,7 @@ int main(int argc, char** argv) {
   std::vector<int> token_counts = {16, 1024, 16384};
   int check_tokens = 32, reps = 20;
   bool route_only = false, models_bad = false;
+  DType weights = DType::bf16;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--route-only") {
@@ -543,6 +564,8 @@ int main(int argc, char** argv) {
     else if (flag == "--tokens") token_counts = parse_list(value);
     else if (flag == "--check-tokens") check_tokens = std::atoi(value);
     else if (flag == "--reps") reps = std::atoi(value);
+    else if (flag == "--weights" && std::string(value) == "bf16") weights = DType::bf16;
+    else if (flag == "--weights" && std::string(value) == "mxfp4") weights = DType::mxfp4;
     else models_bad = true;
   }
   std::vector<const LayerModel*> models;
@@ -558,16 +581,17 @@ int main(int argc, char** argv) {
   if (models_bad || models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
     fmt::print(stderr,
                "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all (comma-separated)] [--tokens 16,1024,16384] "
-               "[--check-tokens 32] [--reps 20] [--route-only]\n",
+               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4] [--route-only]\n",
                argv[0]);
     return 2;
   }
 
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return prewarm(models, token_counts);
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return prewarm(models, token_counts, weights);
 
   Runtime rt;
-  fmt::print(stderr, "device: {} ({}, {} SMs)\n", rt.device_name(), rt.arch().to_text(), rt.sm_count());
+  fmt::print(stderr, "device: {} ({}, {} SMs); weights {}\n", rt.device_name(), rt.arch().to_text(), rt.sm_count(),
+             to_text(weights));
   fmt::print("model,tokens,what,ms\n");
   bool all_ok = true;
   if (route_only) {
@@ -577,15 +601,15 @@ int main(int argc, char** argv) {
     return all_ok ? 0 : 1;
   }
   for (const LayerModel* m : models) {
-    Weights w = make_weights(*m);
-    std::uint16_t* d_w1 = device_copy(w.w1);
-    std::uint16_t* d_w2 = device_copy(w.w2);
+    Weights w = make_weights(*m, weights);
+    void* d_w1 = weights == DType::mxfp4 ? (void*)device_copy(w.q1) : (void*)device_copy(w.w1);
+    void* d_w2 = weights == DType::mxfp4 ? (void*)device_copy(w.q2) : (void*)device_copy(w.w2);
     float* d_b1 = m->expert_bias ? device_copy(w.b1) : nullptr;
     float* d_b2 = m->expert_bias ? device_copy(w.b2) : nullptr;
     float* d_bias = m->correction_bias ? device_copy(w.bias) : nullptr;
     for (int tokens : token_counts) {
       try {
-        all_ok &= run_layer(rt, *m, w, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps);
+        all_ok &= run_layer(rt, *m, w, weights, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps);
       } catch (const SpecError& e) {
         fmt::print(stderr, "{} tokens {}: the fused GEMMs are not available in this build: {}\n", m->name, tokens, e.what());
         all_ok = false;

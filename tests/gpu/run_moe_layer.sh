@@ -3,6 +3,7 @@
 # over: the routing GPU tests, then the fused MoE layer (examples/moe_layer) and the same layer
 # composed of torch operations around torch._grouped_mm (tests/gpu/moe_layer_peers.py), at the
 # same models and token counts. Both print CSV "model,tokens,what,ms"; everything lands in $OUT.
+# gpt-oss-120b runs a second time with MXFP4 weights (moe_layer_mxfp4.csv/txt).
 #   MODELS   (default gpt-oss-120b,qwen3-30b-a3b; add deepseek-v3 for the third: 22 GB of weights)
 #   TOKENS   (default 16,1024,16384)
 set -uo pipefail
@@ -23,6 +24,11 @@ echo "== routing GPU tests"
 echo "== moejit fused layer"
 "$BUILD"/examples/moe_layer --model "$MODELS" --tokens "$TOKENS" > "$OUT/moe_layer.csv" 2> "$OUT/moe_layer.txt" || status=1
 cat "$OUT/moe_layer.txt"
+
+echo "== moejit fused layer, gpt-oss-120b with MXFP4 weights (Hopper 4-bit kernel with its fusions)"
+"$BUILD"/examples/moe_layer --model gpt-oss-120b --weights mxfp4 --tokens "$TOKENS" > "$OUT/moe_layer_mxfp4.csv" \
+  2> "$OUT/moe_layer_mxfp4.txt" || status=1
+cat "$OUT/moe_layer_mxfp4.txt"
 
 echo "== routing alone at DeepSeek-V3's shape (256 experts, top-8, 8 groups)"
 "$BUILD"/examples/moe_layer --model deepseek-v3 --tokens "$TOKENS" --route-only >> "$OUT/moe_layer.csv" \
