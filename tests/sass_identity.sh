@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that kernels untouched by a change compile to byte-identical SASS: a bf16 Hopper config
 # (128x256x64 s4, CTA pairs, dynamic scheduler, contiguous), a portable one (128x128x32, masked,
-# dynamic) and three unfused quantized ones (portable FP8 and MXFP4, Hopper NVFP4 4-bit) are compiled with nvcc against kernel_templates/ of BASE (default: the merge base with main) and of the
+# dynamic) and four unfused quantized ones (portable FP8 and MXFP4, Hopper NVFP4 4-bit and FP8) are compiled with nvcc against kernel_templates/ of BASE (default: the merge base with main) and of the
 # working tree, and their cuobjdump -sass compared. CPU only. Usage: tests/sass_identity.sh [BASE]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +26,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) moejit_grouped_gemm(const m
                                  moejit::kSchedulerDynamic>(p);
 }
 CU
-# Quantized unfused kernels (their bodies host the quantized fusions): portable FP8 and MXFP4, Hopper NVFP4.
+# Quantized unfused kernels (their bodies host the quantized fusions): portable FP8 and MXFP4, Hopper NVFP4 and FP8.
 cat > "$work/portable_fp8.cu" <<'CU'
 #include "moejit/portable/grouped_gemm_sm80.cuh"
 extern "C" __global__ void __launch_bounds__(256, 1) moejit_grouped_gemm(const moejit::GroupedGemmParams p) {
@@ -48,9 +48,17 @@ extern "C" __global__ void __launch_bounds__(384, 1) moejit_grouped_gemm(
   moejit::hopper::grouped_gemm_w4_rs<128, 8, moejit::kF16, moejit::kLayoutMasked, moejit::kNVFP4>(p, tma_a);
 }
 CU
+cat > "$work/hopper_fp8.cu" <<'CU'
+#include "moejit/hopper_fp8/grouped_gemm_sm90_fp8.cuh"
+extern "C" __global__ void __launch_bounds__(384, 1) moejit_grouped_gemm(
+    const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::TmaDescriptor tma_a,
+    const __grid_constant__ moejit::TmaDescriptor tma_b) {
+  moejit::hopper::grouped_gemm_fp8<128, 128, 6, moejit::kBF16, moejit::kLayoutContiguous>(p, tma_a, tma_b);
+}
+CU
 cuobjdump=${MOEJIT_CUOBJDUMP:-cuobjdump}
 status=0
-for kernel in hopper:90a portable:80 portable_fp8:80 portable_w4:80 hopper_w4:90a; do
+for kernel in hopper:90a portable:80 portable_fp8:80 portable_w4:80 hopper_w4:90a hopper_fp8:90a; do
   name=${kernel%%:*} arch=${kernel##*:}
   for tree in base work; do
     inc=$([ $tree = base ] && echo "$work/base/kernel_templates" || echo "$root/kernel_templates")

@@ -170,6 +170,15 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
   }
   check_variants(portable, "fused portable FP8 / 4-bit", "HMMA");
   check_variants(hopper, "fused hopper 4-bit", "HGMMA");
+  std::vector<KernelSpec> fp8;
+  for (const char* text : {"family=hopper,a=e4m3,b=e4m3,tile=128x128x128,stages=6,fuse=bias,act=swiglu",
+                           "family=hopper,a=e4m3,b=e4m3,c=f32,tile=64x256x128,stages=5,layout=masked,"
+                           "fuse=scatter+weight+atomic,act=gelu"}) {
+    KernelSpec s = KernelSpec::parse(text);
+    s.validate();
+    fp8.push_back(s);
+  }
+  check_variants(fp8, "fused hopper FP8", "QGMMA");
 }
 
 TEST_CASE("fused FP8 / 4-bit kernels: their instantiation files", "[codegen][fusion]") {
@@ -183,6 +192,11 @@ TEST_CASE("fused FP8 / 4-bit kernels: their instantiation files", "[codegen][fus
   KernelSpec fp8 = KernelSpec::parse("family=portable,arch=sm_80,a=e4m3,b=e4m3,tile=128x128x32,fuse=scatter+weight");
   const std::string fp8_src = generate_source(fp8, templates).source;
   CHECK(fp8_src.find("grouped_gemm<MOEJIT_CONFIG, MoejitFusion, moejit::kE4M3>(p, fusion)") != std::string::npos);
+  KernelSpec hfp8 = KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,fuse=scatter+weight");
+  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion>(p, tma_a, tma_b, &fusion)") !=
+        std::string::npos);
+  hfp8.fusion = Fusion{};
+  CHECK(generate_source(hfp8, templates).source.find("FusionParams") == std::string::npos);
   KernelSpec pw4 = KernelSpec::parse("family=portable,arch=sm_80,b=nvfp4,fuse=gather");
   CHECK(generate_source(pw4, templates).source.find("MoejitFusion, moejit::kNVFP4>(p, fusion)") != std::string::npos);
 }
@@ -289,7 +303,7 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 256 rows per 
 }
 
 TEST_CASE("heuristic with fusions and quantized operands: a family that has them", "[heuristic][fusion]") {
-  // Hopper FP8: no fusions yet (portable FP8 instead); Hopper 4-bit: all but split GLU.
+  // Hopper FP8: all but gather and split GLU (portable FP8 then); Hopper 4-bit: all but split GLU.
   const Arch h100{9, 0, true};
   std::vector<int> sizes(32, 100);
   Fusion gemm1;
@@ -306,6 +320,15 @@ TEST_CASE("heuristic with fusions and quantized operands: a family that has them
   GemmProblem fp8{GroupLayout::contiguous, DType::e4m3, DType::bf16, 32, 4096, 7168, 3200, sizes, std::nullopt, split};
   s = choose_spec(fp8, h100, 132);
   CHECK((s.family == KernelFamily::portable && s.a == DType::e4m3 && s.fusion == split));
+  Fusion gathered;
+  gathered.gather_a = true;
+  fp8.fusion = gathered;
+  CHECK(choose_spec(fp8, h100, 132).family == KernelFamily::portable);
+  Fusion gemm2;
+  gemm2.scatter_c = gemm2.routing_weight = true;
+  fp8.fusion = gemm2;
+  s = choose_spec(fp8, h100, 132);
+  CHECK((s.family == KernelFamily::hopper && s.a == DType::e4m3 && s.fusion == gemm2));
   fp8.fusion = Fusion{};
   CHECK(choose_spec(fp8, h100, 132).family == KernelFamily::hopper);
 }

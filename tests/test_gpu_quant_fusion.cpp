@@ -1,7 +1,7 @@
 // GPU tests of the fusions with quantized operands (docs/design.md, "Fusions"): FP8 (E4M3, 1x128
 // activation and 128x128 weight block scales) and weight-only MXFP4 / NVFP4, every fusion flag,
 // each activation, both GLU layouts and the atomic combine, × kernel family (portable everywhere;
-// the Hopper 4-bit kernel where it has them) × layout. Reference: tests/fusion_problem.hpp in FP64
+// the Hopper 4-bit and FP8 kernels where they have them) × layout. Reference: tests/fusion_problem.hpp in FP64
 // on the same quantized operands (dequantized exactly), on fresh random data, output poisoned
 // first; norm-wise and per-element bounds. Routings: random top-k with experts that receive 0 rows,
 // every token to one expert (M not a multiple of any tile), groups padded like the routing
@@ -70,7 +70,9 @@ std::vector<Family> families() {
                              {KernelFamily::portable, "tile=64x128x64,stages=3,warps=2x4,sched=static"}};
   const Arch arch = runtime().arch();
   if (arch.sm() == 90 && arch.arch_specific)
-    for (const char* t : {"tile=64x128x64,stages=8", "tile=128x128x64,stages=8", "tile=32x128x64,stages=8"})
+    // 4-bit (tokens x 128 x 64) and FP8 (128x128x128, 64x256x128) tiles; each format takes its own.
+    for (const char* t : {"tile=64x128x64,stages=8", "tile=128x128x64,stages=8", "tile=32x128x64,stages=8",
+                          "tile=128x128x128,stages=6", "tile=64x256x128,stages=5"})
       out.push_back({KernelFamily::hopper, t});
   return out;
 }

@@ -102,8 +102,10 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("act=silu,glu=split", {"glu=split", "act=silu"});
   require_rejected("glu=split", {"glu=split", "act=none"});
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=1x2,fuse=gather", {"fuse=gather", "cluster=1x1"});
-  // Quantized operands: the portable family has every fusion; the Hopper FP8 / 4-bit kernels none yet.
-  require_rejected("family=hopper,a=e4m3,b=e4m3,fuse=bias", {"a=e4m3", "family=hopper", "no fused epilogue", "family=portable"});
+  // Quantized operands: the portable family has every fusion; the Hopper FP8 / 4-bit kernels all but
+  // gather (FP8) and split GLU (both).
+  require_rejected("family=hopper,a=e4m3,b=e4m3,fuse=gather+bias", {"fuse=gather", "a=e4m3", "family=hopper", "TMA", "family=portable"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,act=swiglu,glu=split", {"glu=split", "a=e4m3", "family=hopper", "family=portable"});
   require_rejected("family=hopper,b=mxfp4,fuse=bias,act=swiglu,glu=split", {"glu=split", "b=mxfp4", "family=hopper", "interleaved"});
   require_rejected("family=hopper,b=nvfp4,c=f32,fuse=scatter+atomic", {"c=f32"});
   require_rejected("family=portable,a=e4m3,b=e4m3,tile=128x128x32,fuse=scatter+atomic,c=bf16", {"c=f32"});
@@ -115,6 +117,8 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
                            "family=portable,b=mxfp4,fuse=scatter+weight+bias,c=f32",
                            "family=portable,b=nvfp4,fuse=gather,act=swiglu,glu=split",
                            "family=hopper,b=mxfp4,fuse=gather+bias,act=swiglu_oai",
+                           "family=hopper,a=e4m3,b=e4m3,fuse=bias,act=swiglu",
+                           "family=hopper,a=e4m3,b=e4m3,tile=64x256x128,stages=5,c=f32,fuse=scatter+weight+atomic,act=gelu",
                            "family=hopper,b=mxfp4,tile=128x128x64,fuse=scatter+weight+bias",
                            "family=hopper,layout=masked,b=nvfp4,c=f16,tile=16x128x64,fuse=gather+scatter+weight,act=gelu"}) {
     INFO(text);

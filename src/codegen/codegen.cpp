@@ -40,13 +40,13 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
   // Fused kernels take one more parameter (FusionParams): their own instantiation files, so
   // that the unfused kernels' generated sources stay as they were. The portable fused file
   // passes B's type, so it also instantiates the portable FP8 and 4-bit kernels with fusions; the
-  // Hopper 4-bit kernel has a fused twin; the Hopper FP8 kernel has no fusions yet (KernelSpec::validate).
+  // Hopper FP8 and 4-bit kernels have fused twins (what they fuse: KernelSpec::validate).
   const bool fused = spec.fusion.any();
   const char* instantiation = spec.family == KernelFamily::portable && spec.is_weight_only_4bit() && !fused
                                   ? "portable_w4_grouped_gemm.cu.in"
                               : spec.family == KernelFamily::portable
                                   ? (fused ? "portable_grouped_gemm_fused.cu.in" : "portable_grouped_gemm.cu.in")
-                              : spec.a == DType::e4m3      ? "hopper_fp8_grouped_gemm.cu.in"
+                              : spec.a == DType::e4m3      ? (fused ? "hopper_fp8_grouped_gemm_fused.cu.in" : "hopper_fp8_grouped_gemm.cu.in")
                               : spec.is_weight_only_4bit() ? (fused ? "hopper_w4_grouped_gemm_fused.cu.in" : "hopper_w4_grouped_gemm.cu.in")
                               : fused                      ? "hopper_grouped_gemm_fused.cu.in"
                                                            : "hopper_grouped_gemm.cu.in";

@@ -75,9 +75,9 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.validate();
     return spec;
   }
-  if (problem.ab_type == DType::e4m3 && hopper_capable(arch) && !spec.fusion.any()) {
-    // Elsewhere (and with fusions, which the Hopper FP8 kernel has not yet) the portable family
-    // widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
+  if (problem.ab_type == DType::e4m3 && hopper_capable(arch) && !spec.fusion.gather_a && !split_glu) {
+    // Elsewhere (and with gather or a split GLU, which the Hopper FP8 kernel does not fuse) the
+    // portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows < kFp8LargeTileMinRows ? kFp8Small : kFp8Large);
     spec.scheduler = Scheduler::static_persistent;

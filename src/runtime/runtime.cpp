@@ -204,7 +204,6 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     fp.n_out = n_out;
   }
 
-  // The Hopper FP8 kernel takes no fusions (KernelSpec::validate).
   if (spec.family == KernelFamily::hopper && spec.a == DType::e4m3) {
     // FP8 (hopper_fp8/): one stage is a 128-wide K block of e4m3 bytes (a 128-byte swizzle row);
     // A in tile-high boxes, B in tile-wide boxes; C is stored from registers (no tensor map).
@@ -212,7 +211,7 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, spec.tile.m, 128);
     TmaDescriptor tma_b =
         make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k, spec.tile.n, 128);
-    void* params[] = {&p, &tma_a, &tma_b};
+    void* params[] = {&p, &tma_a, &tma_b, &fp};  // the unfused kernel takes the first three
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else if (spec.family == KernelFamily::hopper && spec.is_weight_only_4bit()) {
     // 4-bit weight-only (hopper_w4/): activations in boxes of tile-M tokens x 64 K (128-byte

@@ -292,11 +292,14 @@ void KernelSpec::validate() const {
   if (stages < 2 || stages > 8) fail("stages={} (allowed: 2..8)", stages);
   if (fusion.any()) {
     // Fusions (docs/design.md, "Fusions"): the 16-bit kernels of both families and the portable
-    // family's FP8 and 4-bit kernels have them all; the Hopper FP8 and 4-bit kernels not yet.
-    if (family == KernelFamily::hopper && a == DType::e4m3)
-      fail("fusions (fuse={}, act={}) with a=e4m3 on family=hopper: the Hopper FP8 kernel has no fused epilogue yet "
-           "(family=portable has every fusion with e4m3)",
-           fusion_text(fusion), moejit::to_text(fusion.activation));
+    // family's FP8 and 4-bit kernels have them all. The Hopper FP8 kernel has the epilogue fusions
+    // but not gather (A and its scales come by TMA) nor split GLU (B and its scale blocks in halves).
+    if (family == KernelFamily::hopper && a == DType::e4m3 && fusion.gather_a)
+      fail("fuse=gather with a=e4m3 on family=hopper: the Hopper FP8 kernel loads A and its scales by TMA per tile "
+           "(family=portable gathers FP8 rows and their scales)");
+    if (family == KernelFamily::hopper && a == DType::e4m3 && fusion.glu_activation() && fusion.glu == GluLayout::split)
+      fail("glu=split with a=e4m3 on family=hopper: the Hopper FP8 kernel has interleaved GLU only "
+           "(family=portable has split)");
     // The Hopper 4-bit kernel (roles swapped) has gather and the epilogue fusions but not split GLU
     // (a tile's 128 weight rows are one packed block; gate and up halves would need two) nor
     // atomic (its C is 16-bit: c=f32 is rejected below).

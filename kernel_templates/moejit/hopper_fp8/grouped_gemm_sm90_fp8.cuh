@@ -26,6 +26,7 @@
 #include "moejit/hopper/wgmma.cuh"
 #include "moejit/hopper/warpgroup.cuh"
 #include "moejit/hopper/epilogue.cuh"
+#include "moejit/hopper/fused_epilogue.cuh"
 #include "moejit/hopper_fp8/wgmma_fp8_ops.cuh"
 
 namespace moejit::hopper {
@@ -37,9 +38,16 @@ __host__ __device__ constexpr int fp8_smem_bytes() {
   return kStages * (kBlockM + kBlockN) * kFp8BlockK + 2048;
 }
 
-template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout>
+// Fuse / f (null without fusions; docs/design.md, "Fusions"): the accumulator is the standard
+// wgmma layout (as the bf16 kernel's), so the bf16 kernel's fused epilogue (fused_epilogue.cuh) runs
+// on it with direct stores: bias as the accumulators' start (the promotion adds to them), then
+// activation (interleaved GLU), weight, store / scatter / fp32 atomics. Not here: gather (A and its
+// scales come by TMA per tile) and split GLU (B boxes and B scale blocks of two halves).
+template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class Fuse = NoFusion>
 __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
-                                                 const TmaDescriptor& tma_a, const TmaDescriptor& tma_b) {
+                                                 const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
+                                                 const FusionParams* f = nullptr) {
+  static_assert(!Fuse::gather && !Fuse::glu_split, "FP8 Hopper kernel: no gather, no split GLU");
   // Each consumer warpgroup's columns must lie in one 128-wide scale block of B.
   static_assert((kBlockM == 128 && kBlockN == 128) || (kBlockM == 64 && kBlockN == 256),
                 "FP8 tiles: 128x128 (consumers split rows) or 64x256 (consumers split columns)");
@@ -127,8 +135,12 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         sa1 = sa_row1 ? __ldg(sa_row1) : 0.f;
         sb = __ldg(sb_block);
       }
+      if constexpr (Fuse::bias) {
+        init_acc_with_bias<kBlockN, kWgN, false>(acc, *f, tile.group, p.n, tile.n_block * kBlockN, tile_col0, lane);
+      } else {
 #pragma unroll
-      for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
+        for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
+      }
 
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         mbarrier_wait(full_bars + 8 * stage, phase);
@@ -162,7 +174,15 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         }
         sa0 = next_sa0, sa1 = next_sa1, sb = next_sb;
       }
-      store_accumulators<kTypeC, kWgN>(p, acc, tile.row_begin, tile.group_rows, m_warp, n0, lane);
+      if constexpr (Fuse::epilogue) {
+        const int m_first = tile.m_block * kBlockM + tile_row0;  // the slice's first group-local row
+        unsigned unused_buffer = 0;  // direct stores: no staging, tma_a only fills the unused map argument
+        fused_epilogue<kTypeC, kWgN, false, Fuse>(p, *f, tma_a, acc, 0u, tile.group, tile.row_begin, tile.group_rows,
+                                                  m_first, min(tile.group_rows - m_first, 64), tile.n_block * kBlockN,
+                                                  tile_col0, warp_in_group, lane, 0, unused_buffer);
+      } else {
+        store_accumulators<kTypeC, kWgN>(p, acc, tile.row_begin, tile.group_rows, m_warp, n0, lane);
+      }
     }
   }
 }
