@@ -9,6 +9,12 @@
 // It also writes the routing of every case to ROUTING_FILE (argv[1], default routing.csv) so that
 // tests/gpu/peers.py times torch._grouped_mm on exactly the same group sizes in the same run.
 //
+// FORMAT=e4m3|mxfp4|nvfp4: the quantized formats instead of bf16 (tests/gpu/run_formats.sh):
+// e4m3 is FP8 with DeepSeek-V3 block scales (A and B e4m3, fp32 scales), mxfp4/nvfp4 weight-only
+// (A bf16, B pre-arranged by pack_w4_sm90). Operands are random valid codes and scales (no NaN);
+// gbps then counts the format's bytes: weights of active experts with their scales, A (+ its
+// scales), C. Routing draws the same random numbers in every format, so one routing file serves all.
+//
 // BENCH_TUNE=1: heuristic against autotuner instead. Each case runs Runtime::tune (every
 // candidate config compiled in parallel and timed, TUNE_MS ms each, default 20), then times the
 // heuristic's choice and the tuner's best again, interleaved (3 rounds each), and prints
@@ -18,6 +24,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +64,51 @@ void fill_random(void* dst, std::size_t bytes, std::mt19937& rng) {
     check(cudaMemcpy(static_cast<char*>(dst) + done, dst, n, cudaMemcpyDeviceToDevice), "fill tile");
     done += n;
   }
+}
+
+// Tiles `pattern` over [dst, dst + bytes) with device copies; offsets stay multiples of the
+// pattern's size, so a pattern of whole pre-arranged 4-bit blocks keeps every block's layout.
+void fill_pattern(void* dst, std::size_t bytes, const std::vector<std::uint8_t>& pattern) {
+  std::size_t chunk = std::min(bytes, pattern.size());
+  check(cudaMemcpy(dst, pattern.data(), chunk, cudaMemcpyHostToDevice), "fill");
+  for (std::size_t done = chunk; done < bytes;) {
+    std::size_t n = std::min(done, bytes - done);
+    check(cudaMemcpy(static_cast<char*>(dst) + done, dst, n, cudaMemcpyDeviceToDevice), "fill tile");
+    done += n;
+  }
+}
+
+// Random E4M3 codes, never NaN: random sign and mantissa, exponent field 4..11 (2^-3 .. 2^4).
+std::vector<std::uint8_t> e4m3_pattern(std::mt19937& rng) {
+  std::vector<std::uint8_t> out(16 << 20);
+  for (auto& v : out) {
+    unsigned byte = rng() & 0xFF;
+    v = static_cast<std::uint8_t>((byte & 0x87) | ((4 + ((byte >> 3) & 7)) << 3));
+  }
+  return out;
+}
+
+// Random positive fp32 scales 0.01 * 2^(-3..3), as bytes.
+std::vector<std::uint8_t> scale_pattern(std::mt19937& rng) {
+  std::vector<float> f(1 << 20);
+  std::uniform_int_distribution<int> e(-3, 3);
+  for (auto& x : f) x = std::ldexp(0.01f, e(rng));
+  std::vector<std::uint8_t> out(f.size() * 4);
+  std::memcpy(out.data(), f.data(), out.size());
+  return out;
+}
+
+// Whole pre-arranged 4-bit blocks (formats.hpp, "W4 SM90"): random codes, then valid scales
+// (E8M0 118..127, E4M3 0x30..0x47: 0.25 .. 3.75).
+std::vector<std::uint8_t> w4_pattern(std::mt19937& rng, moejit::DType format) {
+  const std::size_t block = format == moejit::DType::nvfp4 ? 6144 : 5120;
+  std::vector<std::uint8_t> out((16 << 20) / block * block);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const unsigned r = rng();
+    if (i % block < 4096) out[i] = static_cast<std::uint8_t>(r);
+    else out[i] = static_cast<std::uint8_t>(format == moejit::DType::nvfp4 ? 0x30 + r % 24 : 118 + r % 10);
+  }
+  return out;
 }
 
 // The spec with the fields named in `overrides` ("tile=128x192x64,stages=5") replaced.
@@ -134,6 +186,18 @@ int main(int argc, char** argv) {
   tune_options.store = false;
   if (const char* ms = std::getenv("TUNE_MS")) tune_options.ms_per_candidate = std::stod(ms);
   std::vector<TuneRow> tune_rows;
+  const std::string format = std::getenv("FORMAT") ? std::getenv("FORMAT") : "bf16";
+  if (format != "bf16" && format != "e4m3" && format != "mxfp4" && format != "nvfp4") {
+    fmt::print(stderr, "FORMAT={} (expected bf16, e4m3, mxfp4 or nvfp4)\n", format);
+    return 2;
+  }
+  const bool fp8 = format == "e4m3", w4 = format == "mxfp4" || format == "nvfp4";
+  const moejit::DType w4_type = format == "nvfp4" ? moejit::DType::nvfp4 : moejit::DType::mxfp4;
+  std::mt19937 fill_rng(7);  // quantized operands: kept apart from the routing's numbers
+  std::vector<std::uint8_t> codes_pattern, scales_pattern;
+  if (fp8) codes_pattern = e4m3_pattern(fill_rng);
+  if (w4) codes_pattern = w4_pattern(fill_rng, w4_type);
+  if (fp8 || w4) scales_pattern = scale_pattern(fill_rng);
   if (tune_mode)
     fmt::print("model,gemm,tokens,E,topk,N,K,sumM,active,heur_ms,best_ms,ratio,within_5pct,heuristic,best,candidates\n");
   else
@@ -150,9 +214,20 @@ int main(int argc, char** argv) {
       bool up = gemm[0] == 'u';
       int n = up ? m.up_n : m.hidden, k = up ? m.hidden : m.intermediate;
       void* d_b = nullptr;
-      std::size_t b_bytes = (std::size_t)m.experts * n * k * 2;
+      void* d_b_scales = nullptr;  // e4m3: [E][N/128][K/128]; nvfp4: the per-expert tensor scales
+      std::size_t b_bytes = (std::size_t)m.experts * n * k * 2, b_scale_bytes = 0;
+      const std::size_t k_blocks = (k + 127) / 128;
+      if (fp8) b_bytes = (std::size_t)m.experts * n * k, b_scale_bytes = (std::size_t)m.experts * ((n + 127) / 128) * k_blocks * 4;
+      if (w4) b_bytes = moejit::w4_sm90_packed_bytes({m.experts, n, k}, format == "nvfp4" ? moejit::QuantFormat::nvfp4
+                                                                                          : moejit::QuantFormat::mxfp4);
+      if (format == "nvfp4") b_scale_bytes = (std::size_t)m.experts * 4;
       check(cudaMalloc(&d_b, b_bytes), "cudaMalloc B");
-      fill_random(d_b, b_bytes, rng);
+      if (fp8 || w4) fill_pattern(d_b, b_bytes, codes_pattern);
+      else fill_random(d_b, b_bytes, rng);
+      if (b_scale_bytes) {
+        check(cudaMalloc(&d_b_scales, b_scale_bytes), "cudaMalloc B scales");
+        fill_pattern(d_b_scales, b_scale_bytes, scales_pattern);
+      }
       for (int tokens : token_counts) {
         std::vector<int> counts = moejit::examples::route_top_k(tokens, m, rng);
         std::vector<int> offsets(m.experts + 1, 0);
@@ -162,12 +237,21 @@ int main(int argc, char** argv) {
         std::fprintf(routing, "%s,%s,%d", m.name, gemm, tokens);
         for (int c : counts) std::fprintf(routing, ",%d", c);
         std::fprintf(routing, "\n");
-        void *d_a, *d_c;
+        void *d_a, *d_c, *d_a_scales = nullptr;
         int* d_off;
-        check(cudaMalloc(&d_a, (std::size_t)rows * k * 2), "cudaMalloc A");
-        check(cudaMalloc(&d_c, (std::size_t)rows * n * 2), "cudaMalloc C");
+        const std::size_t a_bytes = (std::size_t)rows * k * (fp8 ? 1 : 2), a_scale_bytes = fp8 ? k_blocks * rows * 4 : 0;
+        check(cudaMalloc(&d_a, std::max<std::size_t>(a_bytes, 16)), "cudaMalloc A");
+        check(cudaMalloc(&d_c, std::max<std::size_t>((std::size_t)rows * n * 2, 16)), "cudaMalloc C");
         check(cudaMalloc(&d_off, offsets.size() * 4), "cudaMalloc offsets");
-        fill_random(d_a, (std::size_t)rows * k * 2, rng);
+        if (fp8) {
+          fill_pattern(d_a, a_bytes, codes_pattern);
+          check(cudaMalloc(&d_a_scales, std::max<std::size_t>(a_scale_bytes, 16)), "cudaMalloc A scales");
+          fill_pattern(d_a_scales, a_scale_bytes, scales_pattern);
+        } else if (w4) {
+          fill_random(d_a, a_bytes, fill_rng);
+        } else {
+          fill_random(d_a, a_bytes, rng);
+        }
         check(cudaMemcpy(d_off, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice), "offsets");
         moejit::GroupedGemmArgs args;
         args.a = d_a;
@@ -179,6 +263,15 @@ int main(int argc, char** argv) {
         args.group_offsets = d_off;
         args.total_rows = rows;
         args.host_groups = offsets;
+        if (fp8) {
+          args.ab_type = moejit::DType::e4m3;
+          args.a_scales = static_cast<const float*>(d_a_scales);
+          args.b_scales = d_b_scales;
+        }
+        if (w4) {
+          args.b_type = w4_type;
+          if (w4_type == moejit::DType::nvfp4) args.b_tensor_scales = static_cast<const float*>(d_b_scales);
+        }
         if (tune_mode) {
           moejit::TuneResult r = rt.tune(args, nullptr, tune_options);
           moejit::Kernel heuristic = rt.kernel(r.heuristic), best = rt.kernel(r.best);
@@ -204,6 +297,7 @@ int main(int argc, char** argv) {
           cudaFree(d_a);
           cudaFree(d_c);
           cudaFree(d_off);
+          cudaFree(d_a_scales);
           continue;
         }
         std::vector<moejit::KernelSpec> specs = {rt.choose_spec(args)};
@@ -228,6 +322,9 @@ int main(int argc, char** argv) {
         double med = time_kernel(kernel, args, start, stop, 200.f, 3, 5, 100);
         double flops = 2.0 * rows * n * k;
         double bytes = 2.0 * ((double)active * n * k + (double)rows * k + (double)rows * n);
+        if (fp8 || w4)  // the format's bytes: active experts' weights with their scales, A (+ scales), C
+          bytes = (double)b_bytes / m.experts * active + (double)b_scale_bytes / m.experts * active + (double)a_bytes +
+                  (double)a_scale_bytes + 2.0 * rows * n;
         fmt::print("{},{},{},{},{},{},{},{},{},{:.4f},{:.1f},{:.1f},{}\n", m.name, gemm, tokens, m.experts, m.topk, n, k, rows,
                    active, med, flops / med / 1e9, bytes / med / 1e6, spec.to_text());
         std::fflush(stdout);
@@ -235,8 +332,10 @@ int main(int argc, char** argv) {
         cudaFree(d_a);
         cudaFree(d_c);
         cudaFree(d_off);
+        cudaFree(d_a_scales);
       }
       cudaFree(d_b);
+      cudaFree(d_b_scales);
     }
   }
   std::fclose(routing);

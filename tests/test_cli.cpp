@@ -64,6 +64,34 @@ TEST_CASE("cli: inspect prints source that starts with the spec", "[cli]") {
   CHECK(ptx.out.find(".entry moejit_grouped_gemm") != std::string::npos);
 }
 
+TEST_CASE("cli: inspect --formats names the operand formats and scale layouts", "[cli][formats]") {
+  TempDir dir;
+  auto fp8 = cli("inspect family=hopper,a=e4m3,b=e4m3 --formats", dir.str());
+  REQUIRE(fp8.code == 0);
+  CHECK(fp8.out.find("A  e4m3 [total_rows][K]; a_scales fp32 [ceil(K/128)][rows of A]") != std::string::npos);
+  CHECK(fp8.out.find("b_scales fp32 [E][ceil(N/128)][ceil(K/128)]") != std::string::npos);
+  auto bf16 = cli(fmt::format("inspect {} --formats", kSmallSpec), dir.str());
+  REQUIRE(bf16.code == 0);
+  CHECK(bf16.out.find("B  bf16 [E][N][K]") != std::string::npos);
+}
+
+TEST_CASE("cli: a preset's 4-bit weights are prewarmed (weights=mxfp4)", "[cli][prewarm][formats]") {
+  TempDir dir;
+  std::string cache = (dir.path() / "cache").string();
+  // No 16-bit dtypes: only the MXFP4 kernel (16 tokens -> the 64-token tile for both GEMMs).
+  write_bytes(dir.path() / "tiny.preset",
+              "experts=8\ntopk=2\nhidden=256\nintermediate=128\ntokens=16\ndtypes=\nweights=mxfp4\n");
+  auto r = cli(fmt::format("prewarm --model '{}' --arch sm_90a", (dir.path() / "tiny.preset").string()), cache);
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("1 kernels: 1 built, 0 hit, 0 failed") != std::string::npos);
+  CHECK(cli("cache ls", cache).out.find("a=bf16,b=mxfp4,c=bf16,acc=f32,tile=64x128x64") != std::string::npos);
+  write_bytes(dir.path() / "bad.preset", "experts=8\ntopk=2\nhidden=256\nintermediate=128\ntokens=16\nweights=e4m3\n");
+  auto bad = cli(fmt::format("prewarm --model '{}'", (dir.path() / "bad.preset").string()), cache);
+  CHECK(bad.code == 2);
+  CHECK(bad.out.find("weights='e4m3' (expected mxfp4 and/or nvfp4)") != std::string::npos);
+}
+
 TEST_CASE("cli: compile, cache ls/verify/clear, corruption found", "[cli]") {
   TempDir dir;
   std::string cache = (dir.path() / "cache").string();

@@ -118,21 +118,6 @@ void check_family(const Arch& arch, KernelFamily family, const char* mma_instruc
                  mma_instruction);
 }
 
-// The FP8 block-scaled kernel (hopper_fp8/): every tile, layout and output type it implements.
-// It cannot be launched through the Runtime yet (its scales are not in GroupedGemmArgs), so it is
-// not among family_candidates, which the GPU tests run.
-std::vector<KernelSpec> fp8_variants() {
-  std::vector<KernelSpec> out;
-  for (const char* tile : {"tile=128x128x128,stages=6", "tile=64x256x128,stages=5"})
-    for (const char* layout : {"contiguous", "masked"})
-      for (const char* c : {"bf16", "f16", "f32"}) {
-        auto s = KernelSpec::parse(fmt::format("family=hopper,a=e4m3,b=e4m3,c={},layout={},{}", c, layout, tile));
-        s.validate();
-        out.push_back(s);
-      }
-  return out;
-}
-
 // Fused kernels (docs/design.md, "Fusions"): a representative set per family, each fusion
 // flag, activation, GLU layout and the atomic combine at least once, on the tiles the heuristic
 // picks (the GPU tests in test_gpu_fusion.cpp run many more).
@@ -212,7 +197,43 @@ TEST_CASE("every hopper variant compiles for sm_90a with HGMMA and no spills", "
 }
 
 TEST_CASE("every FP8 hopper variant compiles for sm_90a with QGMMA and no spills", "[compile][nvrtc]") {
-  check_variants(fp8_variants(), "hopper FP8 for sm_90a", "QGMMA");
+  check_variants(fp8_candidates(Arch{9, 0, true}), "hopper FP8 for sm_90a", "QGMMA");
+}
+
+TEST_CASE("4-bit weight-only hopper variants compile for sm_90a with HGMMA and no spills", "[compile][nvrtc][w4]") {
+  // A representative set (NVRTC time on CI's 2 cores): both tiles; MXFP4 contiguous with bf16 C,
+  // NVFP4 masked with f16 C. The GPU tests run all of w4_candidates.
+  std::vector<KernelSpec> some;
+  for (const KernelSpec& s : w4_candidates(Arch{9, 0, true}))
+    if ((s.b == DType::mxfp4 && s.layout == GroupLayout::contiguous && s.c == DType::bf16) ||
+        (s.b == DType::nvfp4 && s.layout == GroupLayout::masked && s.c == DType::f16))
+      some.push_back(s);
+  CHECK(some.size() == 4);
+  check_variants(some, "hopper 4-bit weight-only for sm_90a", "HGMMA");
+}
+
+TEST_CASE("4-bit weight-only portable variants compile for sm_80 with HMMA and no spills", "[compile][nvrtc][w4]") {
+  // A representative set (NVRTC time): both tiles; MXFP4 contiguous bf16 static, NVFP4 masked
+  // f32 dynamic. The GPU tests run all of w4_candidates(arch, portable).
+  std::vector<KernelSpec> some;
+  for (const KernelSpec& s : w4_candidates(Arch{8, 0, false}, KernelFamily::portable))
+    if ((s.b == DType::mxfp4 && s.layout == GroupLayout::contiguous && s.c == DType::bf16 &&
+         s.scheduler == Scheduler::static_persistent) ||
+        (s.b == DType::nvfp4 && s.layout == GroupLayout::masked && s.c == DType::f32 && s.scheduler == Scheduler::dynamic))
+      some.push_back(s);
+  CHECK(some.size() == 4);
+  check_variants(some, "portable 4-bit weight-only for sm_80", "HMMA");
+}
+
+TEST_CASE("FP8 portable variants compile for sm_80 with HMMA and no spills", "[compile][nvrtc][fp8]") {
+  // Representative (NVRTC time): both tiles, contiguous bf16 static and masked f32 dynamic.
+  std::vector<KernelSpec> some;
+  for (const KernelSpec& s : fp8_candidates(Arch{8, 0, false}, KernelFamily::portable))
+    if ((s.layout == GroupLayout::contiguous && s.c == DType::bf16 && s.scheduler == Scheduler::static_persistent) ||
+        (s.layout == GroupLayout::masked && s.c == DType::f32 && s.scheduler == Scheduler::dynamic))
+      some.push_back(s);
+  CHECK(some.size() == 4);
+  check_variants(some, "portable FP8 for sm_80", "HMMA");
 }
 
 TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]") {
@@ -227,6 +248,23 @@ TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]
         CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
       }
   }
+}
+
+TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 256 rows per expert", "[compile]") {
+  auto candidates = fp8_candidates(Arch{9, 0, true});
+  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
+    for (int rows_per_group : {1, 16, 128, 255, 256, 512, 4096}) {
+      std::vector<int> sizes(256, rows_per_group);
+      GemmProblem p{layout, DType::e4m3, DType::bf16, 256, 4096, 7168, 256LL * rows_per_group, sizes};
+      KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
+      INFO(s.to_text());
+      CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
+      CHECK(s.tile.m == (rows_per_group < 256 ? 64 : 128));
+    }
+  GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 7168, 64, {}};
+  KernelSpec ampere = choose_spec(p, Arch{8, 0, false}, 108);  // the portable family widens FP8
+  CHECK((ampere.family == KernelFamily::portable && ampere.a == DType::e4m3 && ampere.b == DType::e4m3));
+  CHECK(ampere.min_ctas_per_sm() == 1);  // the second accumulator needs the registers
 }
 
 TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[compile]") {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moejit/errors.hpp"
+#include "moejit/common/w4_layout.cuh"
 #include "moejit/formats.hpp"
 
 using namespace moejit;
@@ -252,13 +253,39 @@ TEST_CASE("fp8 scale arrays: shapes, partial blocks, order", "[formats]") {
   CHECK(q.data[(1 * 130 + 129) * 200 + 133] == 0xFE);
   CHECK(dequantize(q) == x);  // every value is exactly representable
 
-  // 1x128: one scale per row per 128 columns, the second block covers the 72 columns left.
+  // 1x128: one scale per row per 128 columns, the second block covers the 72 columns left;
+  // K-block-major over the rows of both batches: [k block][batch * 130 + row].
   std::vector<float> y(static_cast<std::size_t>(shape.elements()), 1.0f);
   y[(1 * 130 + 7) * 200 + 150] = 896.0f;
   const Fp8Tensor a = quantize_fp8(y.data(), shape, Fp8Scaling::block_1x128);
-  CHECK(a.scales[(1 * 130 + 7) * 2 + 1] == 2.0f);
-  CHECK(a.scales[(1 * 130 + 7) * 2 + 0] == 1.0f / 448.0f);
+  REQUIRE(a.scales.size() == 2 * 260);
+  CHECK(a.scales[1 * 260 + 1 * 130 + 7] == 2.0f);
+  CHECK(a.scales[0 * 260 + 1 * 130 + 7] == 1.0f / 448.0f);
+  CHECK(a.scales[1 * 260 + 1 * 130 + 6] == 1.0f / 448.0f);
+  CHECK(fp8_kernel_scales_a(a) == a.scales);
   CHECK(a.data[(1 * 130 + 7) * 200 + 150] == 0x7E);
+}
+
+TEST_CASE("fp8 kernel scales: per-tensor and per-row scalings expanded exactly", "[formats]") {
+  const QuantShape shape{2, 3, 300};  // k blocks: 128, 128, 44
+  std::vector<float> x(static_cast<std::size_t>(shape.elements()));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * float(i)) * float(1 + i / 300);
+  const Fp8Tensor row = quantize_fp8(x.data(), shape, Fp8Scaling::per_row);
+  const std::vector<float> a = fp8_kernel_scales_a(row);
+  REQUIRE(a.size() == 3 * 6);
+  for (int kb = 0; kb < 3; ++kb)
+    for (int r = 0; r < 6; ++r) CHECK(a[kb * 6 + r] == row.scales[r]);
+  const Fp8Tensor tensor = quantize_fp8(x.data(), shape, Fp8Scaling::per_tensor);
+  const std::vector<float> at = fp8_kernel_scales_a(tensor);
+  for (int kb = 0; kb < 3; ++kb)
+    for (int r = 0; r < 6; ++r) CHECK(at[kb * 6 + r] == tensor.scales[r / 3]);
+  const std::vector<float> bt = fp8_kernel_scales_b(tensor);  // 1 x 3 blocks per expert
+  REQUIRE(bt.size() == 2 * 3);
+  for (int i = 0; i < 6; ++i) CHECK(bt[i] == tensor.scales[i / 3]);
+  const Fp8Tensor blocks = quantize_fp8(x.data(), shape, Fp8Scaling::block_128x128);
+  CHECK(fp8_kernel_scales_b(blocks) == blocks.scales);
+  require_invalid_argument([&] { fp8_kernel_scales_b(row); }, "fp8_kernel_scales_b: tensor.scaling=row");
+  require_invalid_argument([&] { fp8_kernel_scales_a(blocks); }, "fp8_kernel_scales_a: tensor.scaling=128x128");
 }
 
 TEST_CASE("fp8 scales: amax / 448, zero regions, NaN and infinity", "[formats]") {
@@ -476,6 +503,71 @@ TEST_CASE("quantizers and dequantizers name every bad argument", "[formats][vali
   require_invalid_argument([&] { dequantize(n); }, "tensor.tensor_scales has 1 entries (expected 2");
   CHECK(std::string(format_name(QuantFormat::mxfp4)) == "mxfp4");
   CHECK(std::string(scaling_name(Fp8Scaling::block_128x128)) == "128x128");
+}
+
+// ---- W4 SM90: 4-bit weights pre-arranged for the Hopper weight-only kernel ----
+
+TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "[formats][w4]") {
+  // 2 experts, N = 200 (second 128-row block partial), K = 96 (second 64-K block partial).
+  const QuantShape shape{2, 200, 96};
+  const std::vector<float> x = uneven_rows(shape, 21);
+  const Mxfp4Tensor mx = quantize_mxfp4(x.data(), shape);
+  const Nvfp4Tensor nv = quantize_nvfp4(x.data(), shape);
+  CHECK(w4_sm90_packed_bytes(shape, QuantFormat::mxfp4) == 2 * 2 * 2 * 5120);
+  CHECK(w4_sm90_packed_bytes(shape, QuantFormat::nvfp4) == 2 * 2 * 2 * 6144);
+  const std::vector<std::uint8_t> pm = pack_w4_sm90(mx), pn = pack_w4_sm90(nv);
+  REQUIRE(pm.size() == 2 * 2 * 2 * 5120);
+  REQUIRE(pn.size() == 2 * 2 * 2 * 6144);
+
+  // Expert 1, row block 0, K block 1; consumer w = 1, thread t = 37 (warp 1, lane 5: r0 = 64 + 16 + 1
+  // = 81, c = 1); code byte kk = 1, i = 3: row r1 = 89, K = 64 + 16 + 2 + 8 = 90 (and 91).
+  const std::size_t mx_block = ((1 * 2 + 0) * 2 + 1) * 5120;
+  CHECK(pm[mx_block + (128 + 37) * 16 + 1 * 4 + 3] == mx.data[((1 * 200 + 89) * 96 + 90) / 2]);
+  // MXFP4 scale byte j = 3: row r1 = 89, 32-block 2 * 1 + 1 = 3 (past K = 96: padding 127).
+  CHECK(pm[mx_block + 4096 + (128 + 37) * 4 + 3] == 127);
+  // j = 1: row 89, 32-block 2 (K 64..95).
+  CHECK(pm[mx_block + 4096 + (128 + 37) * 4 + 1] == mx.scales[(1 * 200 + 89) * 3 + 2]);
+  // NVFP4 scale byte j = 2: row r0 = 81, 16-block 4 * 1 + 1 = 5 (K 80..95).
+  const std::size_t nv_block = ((1 * 2 + 0) * 2 + 1) * 6144;
+  CHECK(pn[nv_block + 4096 + (128 + 37) * 8 + 2] == nv.scales[(1 * 200 + 81) * 6 + 5]);
+  CHECK(pn[nv_block + 4096 + (128 + 37) * 8 + 7] == 0);  // 16-block 7: past K, scale 0
+  // Rows past N = 200 in the second row block: zero codes.
+  const std::size_t last = ((0 * 2 + 1) * 2 + 0) * 5120;
+  CHECK(pm[last + (128 + 127) * 16] == 0);  // w = 1, t = 127: r0 = 128 + 64 + 48 + 7 = 247
+
+  // The offsets the portable kernel reads through (kernel_templates/moejit/common/w4_layout.cuh)
+  // find every code pair and scale that pack_w4_sm90 wrote.
+  const int k_blocks64 = 2, n_blocks = 2;
+  for (int g = 0; g < 2; ++g)
+    for (int r = 0; r < 200; ++r)
+      for (int k = 0; k < 96; k += 2) {
+        const W4Offsets m = w4_sm90_offsets(r, k, k_blocks64, false), v = w4_sm90_offsets(r, k, k_blocks64, true);
+        const std::size_t mx_at = ((std::size_t)g * n_blocks * k_blocks64 + m.block) * 5120;
+        const std::size_t nv_at = ((std::size_t)g * n_blocks * k_blocks64 + v.block) * 6144;
+        const std::size_t element = ((std::size_t)g * 200 + r) * 96 + k;
+        REQUIRE(pm[mx_at + m.code] == mx.data[element / 2]);
+        REQUIRE(pm[mx_at + m.scale] == mx.scales[element / 32]);
+        REQUIRE(pn[nv_at + v.code] == nv.data[element / 2]);
+        REQUIRE(pn[nv_at + v.scale] == nv.scales[element / 16]);
+        if (k % 8 == 0)
+          for (int c = 1; c < 4; ++c) REQUIRE(w4_sm90_offsets(r, k + 2 * c, k_blocks64, false).code == m.code + 16 * c);
+      }
+
+  const Mxfp4Tensor mx_back = unpack_mxfp4_w4_sm90(pm, shape);
+  CHECK(mx_back.data == mx.data);
+  CHECK(mx_back.scales == mx.scales);
+  const Nvfp4Tensor nv_back = unpack_nvfp4_w4_sm90(pn, shape, nv.tensor_scales);
+  CHECK(nv_back.data == nv.data);
+  CHECK(nv_back.scales == nv.scales);
+  CHECK(dequantize(nv_back) == dequantize(nv));
+
+  require_invalid_argument([&] { w4_sm90_packed_bytes(shape, QuantFormat::fp8_e4m3); }, "format=fp8_e4m3");
+  require_invalid_argument([&] { w4_sm90_packed_bytes({1, 8, 48}, QuantFormat::mxfp4); }, "shape.k=48");
+  std::vector<std::uint8_t> short_packed(pm.begin(), pm.end() - 1);
+  require_invalid_argument([&] { unpack_mxfp4_w4_sm90(short_packed, shape); }, "packed has 40959 entries");
+  Nvfp4Tensor no_scales = nv;
+  no_scales.tensor_scales.clear();
+  require_invalid_argument([&] { pack_w4_sm90(no_scales); }, "weights.tensor_scales has 0 entries");
 }
 
 // ---- Quantizer error (docs/perf.md, "Quantizer error") ----

@@ -85,7 +85,7 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("stages=1", {"stages=1"});
   require_rejected("stages=9", {"stages=9"});
   require_rejected("a=f32,b=f32", {"a=f32"});
-  require_rejected("a=bf16,b=f16", {"b=f16 must equal a=bf16"});
+  require_rejected("a=bf16,b=f16", {"b=f16 with a=bf16", "b=mxfp4|nvfp4"});
   require_rejected("acc=bf16", {"acc=bf16"});
   require_rejected("warps=0x4", {"warps=0x4"});
   // Found with tests/fuzz/fuzz_spec: the product overflowed int, and tiles <= 0 passed the
@@ -104,20 +104,55 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=1x2,fuse=gather", {"fuse=gather", "cluster=1x1"});
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=2x1,fuse=gather", {"fuse=gather", "cluster=1x1"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,fuse=bias", {"a=e4m3", "no fused epilogue"});
+  require_rejected("family=portable,a=e4m3,b=e4m3,act=silu", {"a=e4m3", "no fused epilogue"});
+  require_rejected("family=hopper,b=mxfp4,fuse=gather", {"b=mxfp4", "no fused epilogue"});
+  require_rejected("family=portable,b=nvfp4,fuse=scatter+weight", {"b=nvfp4", "no fused epilogue"});
   require_rejected("family=hopper,arch=sm_90", {"needs sm_90a"});
   require_rejected("family=hopper,tile=96x128x64", {"tile M=96"});
   require_rejected("family=hopper,tile=128x96x64", {"tile N=96"});
   require_rejected("family=hopper,tile=128x128x32", {"tile K=32"});
   require_rejected("family=hopper,tile=128x256x64,stages=6", {"shared memory"});
   // FP8 (a = b = e4m3, block scales): what the hopper_fp8 kernel implements so far.
-  require_rejected("a=e4m3,b=e4m3", {"portable family has no FP8"});
-  require_rejected("family=hopper,a=e4m3,b=bf16", {"b=bf16 must equal a=e4m3"});
+  require_rejected("a=e4m3,b=e4m3,tile=128x256x32,warps=2x4", {"portable FP8: N at most 128"});
+  require_rejected("family=hopper,a=e4m3,b=bf16", {"b=bf16 with a=e4m3"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,c=e4m3", {"c=e4m3"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x256x128", {"128x128x128|64x256x128"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x128x64", {"tile 128x128x64"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,sched=dynamic", {"static scheduler only"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=1x2", {"cluster=1x2"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,stages=8", {"shared memory"});
+  // Weight-only 4-bit (a = bf16, b = mxfp4 | nvfp4): the hopper_w4 register-A kernel.
+  require_rejected("b=mxfp4,a=f16", {"b=mxfp4 with a=f16"});
+  require_rejected("family=hopper,a=f16,b=mxfp4", {"b=mxfp4 with a=f16"});
+  require_rejected("family=hopper,a=e4m3,b=nvfp4", {"b=nvfp4 with a=e4m3"});
+  require_rejected("family=hopper,b=mxfp4,tile=64x256x64", {"16|32|64|128 tokens"});
+  require_rejected("family=hopper,b=nvfp4,tile=48x128x64", {"tile 48x128x64"});
+  require_rejected("family=hopper,b=mxfp4,c=f32", {"c=f32"});
+  require_rejected("family=hopper,b=mxfp4,sched=dynamic", {"static scheduler only"});
+  require_rejected("family=hopper,b=mxfp4,a=mxfp4", {"a=mxfp4"});
+  require_rejected("family=hopper,b=nvfp4,c=mxfp4", {"c=mxfp4"});
+}
+
+TEST_CASE("4-bit weight-only hopper spec: defaults, canonical text, shared memory", "[spec]") {
+  auto s = KernelSpec::parse("family=hopper,b=mxfp4");
+  s.validate();
+  CHECK(s.is_weight_only_4bit());
+  CHECK(s.tile == TileShape{64, 128, 64});
+  CHECK(s.stages == 8);
+  CHECK(s.to_text() ==
+        "family=hopper,arch=sm_90a,layout=contiguous,a=bf16,b=mxfp4,c=bf16,acc=f32,tile=64x128x64,stages=8,"
+        "cluster=1x1,sched=static,fuse=none,act=none");
+  CHECK(KernelSpec::parse(s.to_text()) == s);
+  CHECK(s.dynamic_smem_bytes() == 8 * (64 * 128 + 5120) + 2048);  // w4rs_smem_bytes<64, 8, kMXFP4>()
+  auto nv = KernelSpec::parse("family=hopper,b=nvfp4,tile=128x128x64,layout=masked,c=f16");
+  nv.validate();
+  CHECK(nv.dynamic_smem_bytes() == 8 * (128 * 128 + 6144) + 2048);
+  CHECK(KernelSpec::parse(nv.to_text()) == nv);
+  CHECK_FALSE(KernelSpec::parse("family=hopper").is_weight_only_4bit());
+  auto portable = KernelSpec::parse("family=portable,arch=sm_80,b=nvfp4,c=f32");  // the 16-bit tile defaults
+  portable.validate();
+  CHECK(portable.tile == TileShape{128, 128, 32});
+  CHECK(portable.dynamic_smem_bytes() == KernelSpec::parse("family=portable,arch=sm_80,c=f32").dynamic_smem_bytes());
 }
 
 TEST_CASE("hopper CTA pairs: 1x2 (A shared) and 2x1 (B shared) with 128-row tiles only", "[spec]") {

@@ -109,6 +109,19 @@ TEST_CASE("shape buckets: rounding, text round trip, rejects other text", "[tuni
   CHECK(ShapeBucketHash()(small) != ShapeBucketHash()(large));
   auto one = ShapeBucket::of(GroupLayout::masked, DType::f16, DType::f32, 4, 64, 64, 0, 0);
   CHECK(ShapeBucket::parse(one.to_text()) == one);
+  // Weight-only 4-bit and FP8 problems get buckets of their own; 16-bit buckets keep their text.
+  auto w4 = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 5760, 2880, 64, 16, DType::mxfp4);
+  CHECK(w4.to_text() == "layout=contiguous,ab=bf16,c=bf16,groups=128,n=5760,k=2880,rows<=4,active<=16,b=mxfp4");
+  CHECK(ShapeBucket::parse(w4.to_text()) == w4);
+  auto same = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 5760, 2880, 64, 16);
+  CHECK_FALSE(w4 == same);
+  CHECK(ShapeBucketHash()(w4) != ShapeBucketHash()(same));
+  auto fp8 = ShapeBucket::of(GroupLayout::masked, DType::e4m3, DType::bf16, 256, 4096, 7168, 1024, 256);
+  CHECK(ShapeBucket::parse(fp8.to_text()) == fp8);
+  for (const char* bad : {"layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,b=f16",
+                          "layout=masked,ab=f16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,b=nvfp4",
+                          "layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,b=nvfp4,x=1"})
+    CHECK_FALSE(ShapeBucket::parse(bad));
   for (const char* bad : {"", "layout=contiguous", "layout=other,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1",
                           "layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=3,active<=1",
                           "layout=masked,ab=bf16,c=bf16,groups=0,n=8,k=8,rows<=1,active<=1",
@@ -214,6 +227,32 @@ TEST_CASE("tuning candidates: heuristic first, all valid and distinct, both sche
       CHECK(has_static);
       CHECK(has_dynamic);
     }
+  }
+}
+
+TEST_CASE("tuning candidates for quantized formats: their own tiles, static scheduler", "[tuning]") {
+  std::vector<int> group_rows(128, 4);
+  GemmProblem fp8{GroupLayout::contiguous, DType::e4m3, DType::bf16, 128, 4096, 7168, 512, group_rows};
+  auto specs = tuning_candidates(fp8, kHopper, 132);
+  CHECK(specs.size() == 2);
+  for (auto& s : specs) CHECK((s.a == DType::e4m3 && s.tile.k == 128 && s.scheduler == Scheduler::static_persistent));
+  auto portable = tuning_candidates(fp8, kAmpere, 108);  // the portable family's tiles and schedulers
+  CHECK(portable.size() >= 4);
+  for (auto& s : portable) CHECK((s.a == DType::e4m3 && s.family == KernelFamily::portable && s.tile.n <= 128));
+  for (DType b : {DType::mxfp4, DType::nvfp4}) {
+    GemmProblem w4{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 512, group_rows, b};
+    auto w4_specs = tuning_candidates(w4, kHopper, 132);
+    CHECK(w4_specs.size() == 4);
+    CHECK(w4_specs[0].tile.m == 64);  // 4 rows per expert: the 64-token tile
+    for (auto& s : w4_specs) CHECK((s.b == b && s.is_weight_only_4bit() && s.layout == GroupLayout::masked));
+    std::vector<int> prefill(128, 512);
+    GemmProblem big{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 65536, prefill, b};
+    CHECK(choose_spec(big, kHopper, 132).tile.m == 128);
+    GemmProblem f32 = big;
+    f32.c_type = DType::f32;  // the Hopper 4-bit kernel writes 16-bit C: portable on sm_90a too
+    CHECK(choose_spec(f32, kHopper, 132).family == KernelFamily::portable);
+    KernelSpec ampere = choose_spec(big, kAmpere, 108);  // the portable family widens 4-bit B
+    CHECK((ampere.family == KernelFamily::portable && ampere.b == b && ampere.a == DType::bf16));
   }
 }
 

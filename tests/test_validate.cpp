@@ -31,6 +31,23 @@ void require_invalid(const GroupedGemmArgs& a, const char* fragment) {
 
 TEST_CASE("good arguments pass", "[validate]") {
   CHECK_NOTHROW(validate_args(good_args()));
+  auto fp8 = good_args();
+  fp8.ab_type = DType::e4m3;
+  fp8.a_scales = reinterpret_cast<const float*>(0x50004);
+  fp8.b_scales = reinterpret_cast<const void*>(0x60004);
+  fp8.k = 400;  // not a multiple of 128: the last K block is partial (TMA reads zeros past K)
+  CHECK_NOTHROW(validate_args(fp8));
+  auto w4 = good_args();
+  w4.b_type = DType::mxfp4;
+  w4.k = 2880;  // gpt-oss: 45 stages of 64
+  CHECK_NOTHROW(validate_args(w4));
+  w4.b_type = DType::nvfp4;
+  w4.b_tensor_scales = reinterpret_cast<const float*>(0x50000);
+  w4.k = 400;
+  CHECK_NOTHROW(validate_args(w4));
+  auto same = good_args();
+  same.b_type = DType::bf16;  // equal to ab_type: an ordinary bf16 GEMM
+  CHECK_NOTHROW(validate_args(same));
   CHECK_NOTHROW(validate_groups(good_args(), {0, 10, 10, 60, 100}));
 }
 
@@ -106,7 +123,37 @@ TEST_CASE("public entry points name every bad argument (table)", "[validate]") {
       {"groups x n past int32", [](auto& a) { a.num_groups = 1 << 20; a.n = 4096; }, "num_groups × n"},
       {"negative total_rows", [](auto& a) { a.total_rows = -5; }, "total_rows=-5"},
       {"f32 inputs", [](auto& a) { a.ab_type = DType::f32; }, "ab_type=f32"},
-      {"fp8 inputs (no launch path yet)", [](auto& a) { a.ab_type = DType::e4m3; }, "cannot be launched yet"},
+      {"fp8 without a_scales", [](auto& a) { a.ab_type = DType::e4m3; }, "a_scales (ab_type=e4m3: fp32 [ceil(K/128)][rows of A]) is null"},
+      {"fp8 without b_scales",
+       [](auto& a) { a.ab_type = DType::e4m3; a.a_scales = reinterpret_cast<const float*>(0x50000); }, "b_scales (ab_type=e4m3: fp32 [num_groups][ceil(N/128)][ceil(K/128)]) is null"},
+      {"fp8 a_scales misaligned",
+       [](auto& a) {
+         a.ab_type = DType::e4m3;
+         a.a_scales = reinterpret_cast<const float*>(0x50002);
+         a.b_scales = reinterpret_cast<const void*>(0x60000);
+       },
+       "a_scales (ab_type=e4m3: fp32 [ceil(K/128)][rows of A])=0x50002 is not 4-byte aligned"},
+      {"fp8 k not a multiple of 16",
+       [](auto& a) {
+         a.ab_type = DType::e4m3;
+         a.a_scales = reinterpret_cast<const float*>(0x50000);
+         a.b_scales = reinterpret_cast<const void*>(0x60000);
+         a.k = 520;
+       },
+       "k=520 (ab_type=e4m3: expected a multiple of 16"},
+      {"scales for 16-bit inputs", [](auto& a) { a.a_scales = reinterpret_cast<const float*>(0x50000); },
+       "ab_type=bf16 takes no scales"},
+      {"e4m3 output", [](auto& a) { a.c_type = DType::e4m3; }, "c_type=e4m3"},
+      {"4-bit B with f16 A", [](auto& a) { a.ab_type = DType::f16; a.b_type = DType::mxfp4; }, "ab_type=f16 with b_type=mxfp4"},
+      {"b_type f32", [](auto& a) { a.b_type = DType::f32; }, "b_type=f32 with ab_type=bf16"},
+      {"mxfp4 k not a multiple of 32", [](auto& a) { a.b_type = DType::mxfp4; a.k = 528; }, "k=528 (b_type=mxfp4: expected a multiple of 32"},
+      {"nvfp4 without tensor scales", [](auto& a) { a.b_type = DType::nvfp4; }, "b_tensor_scales (b_type=nvfp4: fp32 [num_groups]) is null"},
+      {"mxfp4 with tensor scales",
+       [](auto& a) { a.b_type = DType::mxfp4; a.b_tensor_scales = reinterpret_cast<const float*>(0x50000); },
+       "b_tensor_scales=0x50000 but b_type=mxfp4 has none"},
+      {"mxfp4 with b_scales",
+       [](auto& a) { a.b_type = DType::mxfp4; a.b_scales = reinterpret_cast<const void*>(0x50000); },
+       "scales are inside the packed blocks"},
       {"masked, counts null", [](auto& a) { a.layout = GroupLayout::masked; a.capacity = 8; }, "group_counts is null"},
       {"masked, capacity 0",
        [](auto& a) { a.layout = GroupLayout::masked; a.group_counts = a.group_offsets; a.capacity = 0; }, "capacity=0"},
@@ -262,4 +309,16 @@ TEST_CASE("fusion shapes: GLU needs n % 16 == 0, atomic needs f32", "[validate][
   Fusion bad_atomic;
   bad_atomic.atomic = true;
   CHECK_THROWS_WITH(validate_fusion_args(good_args(), bad_atomic), Catch::Contains("fuse=atomic needs fuse=scatter"));
+}
+
+TEST_CASE("fusions with FP8 or 4-bit operands are named (not implemented)", "[validate][fusion]") {
+  FusedCase gather("fuse=gather+bias,act=swiglu_oai");
+  auto a = gather.args;
+  a.ab_type = DType::e4m3;
+  CHECK_THROWS_AS(validate_fusion_args(a, gather.spec.fusion), InvalidArgument);
+  CHECK_THROWS_WITH(validate_fusion_args(a, gather.spec.fusion), Catch::Contains("ab_type=e4m3") && Catch::Contains("bf16/f16"));
+  a = gather.args;
+  a.b_type = DType::nvfp4;
+  CHECK_THROWS_WITH(validate_fusion_args(a, gather.spec.fusion), Catch::Contains("b_type=nvfp4") && Catch::Contains("bf16/f16"));
+  CHECK_NOTHROW(validate_fusion_args(good_args(), Fusion{}));
 }

@@ -16,11 +16,17 @@
 //
 //   FP8 E4M3 (Fp8Tensor): data[b][r][c], one byte per element, k any positive size.
 //     Value = e4m3_to_float(data) * scale, scale = amax / 448 over the scale's region.
-//     scales (fp32) by Fp8Scaling, per batch [scale_rows][scale_cols] (fp8_scale_shape):
+//     scales (fp32) by Fp8Scaling; fp8_scale_shape gives the per-batch extent {scale_rows, scale_cols}:
 //       per_tensor     [batches][1][1]                       one scale per expert / tensor
 //       per_row        [batches][rows][1]                    per token (A) or per output channel (B)
-//       block_1x128    [batches][rows][ceil(k/128)]          activations (DeepSeek-V3)
+//       block_1x128    [ceil(k/128)][batches * rows]         activations (DeepSeek-V3), K-BLOCK-MAJOR:
+//                      scale of row r of batch b, k block kb at [kb * batches * rows + b * rows + r]
 //       block_128x128  [batches][ceil(rows/128)][ceil(k/128)] weights (DeepSeek-V3)
+//     block_1x128 is K-block-major (DeepGEMM's MN-major scales) because that is what the Hopper FP8
+//     kernel reads: per K block, a warp's 8 rows are 8 consecutive floats. With batches = E and
+//     rows = capacity (masked layout) it is [ceil(k/128)][E * capacity], the same form.
+//     These two (1x128 for A, 128x128 for B) are exactly GroupedGemmArgs::a_scales / b_scales for
+//     ab_type = e4m3; fp8_kernel_scales_a/b convert per-tensor and per-row scalings to them.
 //     A partial last block (k or rows not a multiple of 128, e.g. gpt-oss's K = 2880) has its
 //     own scale over the elements present; kernels treat elements past the tensor as zero.
 //
@@ -37,6 +43,22 @@
 //
 //   Kernels that want another arrangement (shuffled FP4 weights, transposed or TMA-aligned scale
 //   arrays) get it from a separate pack step; these plain layouts stay the interchange form.
+//
+//   W4 SM90 (pack_w4_sm90): MXFP4 / NVFP4 weights [E][N][K] pre-arranged for the Hopper weight-only
+//   kernel (GroupedGemmArgs::b with b_type = mxfp4 | nvfp4; spec b=mxfp4|nvfp4); the portable
+//   family reads the same layout. Blocks of 128
+//   weight rows x 64 K, ordered [E][ceil(N/128)][ceil(K/64)], each one contiguous run of
+//   block_bytes = 4096 + 1024 (MXFP4) or 4096 + 2048 (NVFP4) bytes, one bulk copy per stage:
+//     bytes [0, 4096):   [w 0..1][t 0..127][16 bytes of codes]
+//     bytes [4096, ...): [w 0..1][t 0..127][4 (MXFP4) or 8 (NVFP4) bytes of scales]
+//   with warp = t / 32, lane = t % 32, r0 = 128 nb + 64 w + 16 warp + lane / 4, r1 = r0 + 8,
+//   c = lane % 4 (the m64k16 register fragment of wgmma's A operand, so each thread widens exactly
+//   the elements it multiplies): code byte 4 kk + i (kk = 0..3) holds the E2M1 codes (low nibble =
+//   lower K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] and the next K.
+//   Scale byte j: row {r0, r1}[j % 2]; MXFP4: E8M0 of 32-block 2 kb + j / 2 (j = 0..3);
+//   NVFP4: E4M3 of 16-block 4 kb + j / 2 (j = 0..7). Rows past N and K past the end: code 0,
+//   scale E8M0 127 (1.0) / E4M3 0. NVFP4's per-expert fp32 tensor scales are not in the blocks:
+//   they are GroupedGemmArgs::b_tensor_scales (Nvfp4Tensor::tensor_scales as they are).
 //
 // Rounding and special values, the same in every quantizer:
 //   - elements round to nearest, ties to even;
@@ -105,7 +127,7 @@ struct Fp8Tensor {
   QuantShape shape;
   Fp8Scaling scaling = Fp8Scaling::per_tensor;
   std::vector<std::uint8_t> data;  // E4M3 codes [batches][rows][k]
-  std::vector<float> scales;       // [batches][scale rows][scale cols], fp8_scale_shape
+  std::vector<float> scales;       // see Layouts: per scaling (block_1x128 is K-block-major)
 };
 
 struct Mxfp4Tensor {
@@ -125,6 +147,27 @@ struct Nvfp4Tensor {
 Fp8Tensor quantize_fp8(const float* values, QuantShape shape, Fp8Scaling scaling);
 Mxfp4Tensor quantize_mxfp4(const float* values, QuantShape shape);
 Nvfp4Tensor quantize_nvfp4(const float* values, QuantShape shape);
+
+// FP8 scales as the FP8 grouped GEMM takes them (GroupedGemmArgs::a_scales and b_scales):
+//   a: [ceil(k/128)][batches * rows] from per_tensor, per_row or block_1x128 scaling (the latter: a copy);
+//   b: [batches][ceil(rows/128)][ceil(k/128)] from per_tensor or block_128x128 (the latter: a copy).
+// Exact (each element keeps its scale). Per-row weight scales (one per output channel) cannot be
+// expressed in 128-channel blocks: fp8_kernel_scales_b throws InvalidArgument for them (not
+// supported by the kernel yet), as it does for block_1x128 weights and fp8_kernel_scales_a for
+// block_128x128 activations.
+std::vector<float> fp8_kernel_scales_a(const Fp8Tensor& activations);
+std::vector<float> fp8_kernel_scales_b(const Fp8Tensor& weights);
+
+// 4-bit weights pre-arranged for the Hopper weight-only kernel (layout "W4 SM90" above); the
+// tensor's batches are the experts, rows = N. Sizes are checked against the shape.
+std::int64_t w4_sm90_packed_bytes(QuantShape shape, QuantFormat format);  // format: mxfp4 | nvfp4
+std::vector<std::uint8_t> pack_w4_sm90(const Mxfp4Tensor& weights);
+std::vector<std::uint8_t> pack_w4_sm90(const Nvfp4Tensor& weights);
+// The inverse, for checks: the interchange codes and block scales back from the packed blocks
+// (NVFP4: tensor_scales are copied from `tensor_scales`, which must hold shape.batches entries).
+Mxfp4Tensor unpack_mxfp4_w4_sm90(const std::vector<std::uint8_t>& packed, QuantShape shape);
+Nvfp4Tensor unpack_nvfp4_w4_sm90(const std::vector<std::uint8_t>& packed, QuantShape shape,
+                                 const std::vector<float>& tensor_scales);
 
 // Back to [batches][rows][k] floats. The tensor's array sizes are checked against its shape, so
 // tensors assembled from a checkpoint can be dequantized as well.

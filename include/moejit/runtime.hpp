@@ -23,6 +23,17 @@ using Stream = CUstream_st*;
 // Operands of one grouped GEMM: for every group g and each of its rows r,
 //   C[r, :] = A[r, :] · B[g]ᵀ      A: rows × K, B: num_groups × N × K (K contiguous), C: rows × N.
 // All pointers are device pointers, 16-byte aligned; K and N multiples of 8.
+//
+// Quantized operands (layouts: include/moejit/formats.hpp):
+//   ab_type = e4m3 (FP8, DeepSeek-V3 block scales; hopper, portable elsewhere): A and B hold E4M3 bytes, K a
+//     multiple of 16; a_scales fp32 [ceil(K/128)][rows of A] (K-block-major; rows of A =
+//     total_rows, or num_groups × capacity when masked), b_scales fp32
+//     [num_groups][ceil(N/128)][ceil(K/128)]. C[r, n] = Σ_kb a_scales[kb][r] · b_scales[g][n/128][kb]
+//     · Σ_{k in block kb} A[r, k] · B[g, n, k]. quantize_fp8 + fp8_kernel_scales_a/b make them.
+//   ab_type = bf16 with b_type = mxfp4 | nvfp4 (weight-only 4-bit; hopper, or portable on other
+//     archs and for f32 C): B is the pre-arranged blocks of pack_w4_sm90 (block scales inside), K a
+//     multiple of 32 (MXFP4) or 16 (NVFP4); NVFP4 also takes b_tensor_scales, fp32 [num_groups]
+//     (Nvfp4Tensor::tensor_scales).
 struct GroupedGemmArgs {
   GroupLayout layout = GroupLayout::contiguous;
   DType ab_type = DType::bf16;  // A and B element type
@@ -49,6 +60,13 @@ struct GroupedGemmArgs {
   std::span<const int> host_groups{};
   bool trust_device_groups = false;
 
+  // Scales of quantized operands (see above); null for 16-bit operands. 4-byte aligned.
+  const float* a_scales = nullptr;  // ab_type = e4m3
+  const void* b_scales = nullptr;   // ab_type = e4m3: fp32
+  const float* b_tensor_scales = nullptr;  // b_type = nvfp4
+  // B's element type where it differs from A's: mxfp4 | nvfp4 (weight-only); empty: ab_type.
+  std::optional<DType> b_type;
+  DType b_format() const { return b_type.value_or(ab_type); }
   // Fusions (docs/design.md, "Fusions"). `fusion` says which ones the high-level calls
   // (grouped_gemm, choose_spec, tune) build in; Kernel::launch uses its spec's fusions and
   // accepts `fusion` left at none or equal to them. Each pointer is required exactly when its

@@ -19,9 +19,11 @@ namespace moejit {
 
 enum class KernelFamily { portable, hopper };   // mma.sync + cp.async (sm_80+) | TMA + wgmma (sm_90a)
 enum class GroupLayout { contiguous, masked };  // values match kLayout* in kernel_templates
-// Values match kBF16/kF16/kF32/kE4M3 in kernel_templates. a = b = e4m3 is FP8 with block scales
-// (DeepSeek-V3 recipe: one fp32 scale per row per 128 K for A, per 128x128 block for B).
-enum class DType { bf16, f16, f32, e4m3 };
+// Values match kBF16/kF16/kF32/kE4M3/kMXFP4/kNVFP4 in kernel_templates. a = b = e4m3 is FP8 with
+// block scales (DeepSeek-V3 recipe: one fp32 scale per row per 128 K for A, per 128x128 block for
+// B). a = bf16 with b = mxfp4 | nvfp4 is weight-only 4-bit (B pre-arranged by pack_w4_sm90, its
+// block scales inside; NVFP4 adds an fp32 scale per expert). Formats: include/moejit/formats.hpp.
+enum class DType { bf16, f16, f32, e4m3, mxfp4, nvfp4 };
 enum class Scheduler { static_persistent, dynamic };
 enum class Activation { none, silu, gelu, swiglu, swiglu_oai };
 // Where a GLU activation (swiglu, swiglu_oai) finds its gate/up pairs among the GEMM's N columns:
@@ -87,11 +89,18 @@ struct KernelSpec {
   void validate() const;                           // throws SpecError
   Key128 key() const;                              // XXH3-128 of to_text(); stable across versions
 
+  // a = bf16 with b = mxfp4 | nvfp4 (the weight-only 4-bit kernel).
+  bool is_weight_only_4bit() const { return a == DType::bf16 && (b == DType::mxfp4 || b == DType::nvfp4); }
   int threads_per_cta() const;
   int dynamic_smem_bytes() const;  // mirrors smem_bytes<...>() of the kernel template
   int min_ctas_per_sm() const;     // __launch_bounds__ minimum blocks (register budget)
   bool operator==(const KernelSpec&) const = default;
 };
+
+// What the kernel of a spec reads and writes: element format of A, B and C, and the scale arrays
+// it needs with their layouts (the layouts are defined in include/moejit/formats.hpp). One line
+// per operand, e.g. "B  e4m3 [E][N][K]; b_scales fp32 [E][ceil(N/128)][ceil(K/128)] (128x128 blocks)".
+std::string operand_formats(const KernelSpec& spec);
 
 // Shared memory a CTA may opt into on this arch (cudaDevAttrMaxSharedMemoryPerBlockOptin).
 int max_dynamic_smem_bytes(const Arch& arch);
@@ -104,6 +113,6 @@ std::string_view to_text(Activation);
 std::string_view to_text(GluLayout);
 // "fuse=...,act=..." (+ ",glu=..." as in KernelSpec::to_text); KernelSpec::parse reads it back.
 std::string to_text(const Fusion&);
-int element_bytes(DType);
+int element_bytes(DType);  // bytes per element; 4-bit formats: 1 (two elements per byte, see pack_w4_sm90)
 
 }  // namespace moejit

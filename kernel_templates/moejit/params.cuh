@@ -24,7 +24,15 @@ struct GroupedGemmParams {
   int capacity;              // masked: rows per group slab
   int total_rows;            // contiguous: rows of A and C; kernels clamp offsets to it
   int reserved0;
+  // Scales of quantized operands (null for 16-bit ones); layouts in include/moejit/formats.hpp.
+  // Appended after the 16-bit kernels' fields so that their offsets (and SASS) do not move, and
+  // the struct stays within the 128 bytes before the first 64-byte aligned tensor map.
+  const float* scale_a;      // e4m3: fp32 [ceil(K/128)][total_rows], K-block-major
+  const void* scale_b;       // e4m3: fp32 [E][ceil(N/128)][ceil(K/128)]; mxfp4/nvfp4: in the packed weights
+  const float* scale_b_tensor;  // nvfp4: fp32 [E], one per expert
 };
+
+static_assert(sizeof(GroupedGemmParams) <= 128, "tensor-map parameters must stay at offset 128");
 
 // Fusion operands (docs/design.md, "Fusions"): an extra __grid_constant__ kernel parameter that
 // only kernels compiled with fusions take (unfused kernels keep their signature). "Routed row" r

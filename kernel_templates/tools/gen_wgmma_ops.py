@@ -10,12 +10,24 @@ HEADERS = {
 // (descriptors from wgmma.cuh). One specialization per N the kernels use.
 // scale_d == 0 makes the instruction overwrite the accumulators (D = A*B): the first
 // k-step of a tile needs no zeroing pass.
+// mma() takes the accumulators as C++ operands; mma_named() uses the PTX registers
+// %acc0.. that WgmmaAccRegs declares (why: WgmmaAccRegs below).
 #pragma once
 
 namespace moejit::hopper {
 
 template <int kN, bool kHalf>
 struct WgmmaOp;
+
+// The accumulators as named PTX registers %acc0..%acc<kRegs - 1> instead of C++ variables:
+// NVVM never sees them, so the k-loop carries no 64-128 values through inline-asm operands.
+// Measured (docs/perf.md, JIT latency): NVVM's time grows steeply with the number of float
+// values a loop carries through asm operands (~100 ms of a 128x256 compile for 128 of them);
+// the wgmma instructions ptxas gets are the same. declare() must run exactly once per kernel,
+// in its entry block (PTX wants the declaration before the uses in the text); read() copies
+// them into C++ values once the last wgmma_wait has returned.
+template <int kRegs>
+struct WgmmaAccRegs;
 """,
     "fp8": """// wgmma.mma_async m64nNk32 e4m3 x e4m3 -> fp32, A and B K-major in shared memory with 128-byte
 // swizzle (descriptors: hopper/wgmma.cuh; a 128-byte row holds 128 e4m3 elements).
@@ -76,6 +88,49 @@ struct {name} {{
         "{rest};\\n}}\\n"
         : {accumulators(nreg)}
         : {operands});
+  }}{named(kind, n, half, nreg)}
+}};
+"""
+
+
+def named_list(nreg, fmt, sep=", ", per_line=8, indent="        "):
+    """fmt applied to 0..nreg-1, as C string literal lines of per_line items."""
+    items = [fmt.format(i=i) for i in range(nreg)]
+    rows = [sep.join(items[i:i + per_line]) for i in range(0, nreg, per_line)]
+    return ("\n" + indent).join(f'"{r}{sep if k + 1 < len(rows) and sep.strip() else ""}"' for k, r in enumerate(rows))
+
+
+def named(kind, n, half, nreg):
+    """bf16 only: the same wgmma on the named accumulator registers of WgmmaAccRegs."""
+    if kind != "bf16":
+        return ""
+    types = "f16.f16" if half else "bf16.bf16"
+    regs = named_list(nreg, "%%acc{i}")
+    return f"""
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %2, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{types} {{"
+        {regs}
+        "}}, %0, %1, p, 1, 1, 0, 0;\\n}}\\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }}"""
+
+
+def acc_regs(nreg):
+    zero = named_list(nreg, "mov.b32 %%acc{i}, %0;\\n", sep="", per_line=4)
+    read = named_list(nreg, "mov.b32 %{i}, %%acc{i};\\n", sep="", per_line=4)
+    outs = ",\n          ".join(", ".join(f'"=f"(d[{i+j}])' for j in range(8)) for i in range(0, nreg, 8))
+    return f"""template <>
+struct WgmmaAccRegs<{nreg}> {{
+  __device__ __forceinline__ static void declare() {{ asm volatile(".reg .f32 %%acc<%0>;" ::"n"({nreg})); }}
+  __device__ __forceinline__ static void zero() {{
+    asm volatile(
+        {zero} ::"n"(0));
+  }}
+  __device__ __forceinline__ static void read(float (&d)[{nreg}]) {{
+    asm volatile(
+        {read}
+        : {outs});
   }}
 }};
 """
@@ -87,6 +142,8 @@ def main():
     for n in WIDTHS[kind]:
         for half in ((False, True) if kind == "bf16" else (False,)):
             out.append(op(kind, n, half))
+        if kind == "bf16":
+            out.append(acc_regs(n // 2))
     out.append("}  // namespace moejit::hopper\n")
     open(path, "w").write("\n".join(out))
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "heuristics/config.hpp"
@@ -87,11 +88,19 @@ ModelPreset load_preset(const std::string& name_or_path) {
       p.dtypes.clear();
       for (auto& t : split(value, ','))
         p.dtypes.push_back(KernelSpec::parse("a=" + t).a);
+    } else if (key == "weights") {
+      p.weights.clear();
+      for (auto& t : split(value, ',')) {
+        DType w = KernelSpec::parse("b=" + t).b;
+        if (w != DType::mxfp4 && w != DType::nvfp4)
+          throw InvalidArgument(fmt::format("{}:{}: weights='{}' (expected mxfp4 and/or nvfp4)", path, line_no, t));
+        p.weights.push_back(w);
+      }
     } else if (key == "layouts") {
       p.layouts.clear();
       for (auto& t : split(value, ',')) p.layouts.push_back(KernelSpec::parse("layout=" + t).layout);
     } else
-      throw InvalidArgument(fmt::format("{}:{}: unknown key '{}' (known: experts, topk, hidden, intermediate, up_n, tokens, dtypes, layouts)",
+      throw InvalidArgument(fmt::format("{}:{}: unknown key '{}' (known: experts, topk, hidden, intermediate, up_n, tokens, dtypes, weights, layouts)",
                                         path, line_no, key));
   }
   if (p.experts < 1 || p.topk < 1 || p.hidden < 1 || p.intermediate < 1 || p.tokens.empty())
@@ -102,7 +111,11 @@ ModelPreset load_preset(const std::string& name_or_path) {
 
 std::vector<KernelSpec> preset_specs(const ModelPreset& p, const Arch& arch, int sm_count) {
   std::vector<KernelSpec> specs;
-  for (DType dtype : p.dtypes)
+  // (A/B type, B's type when it differs): each dtype, then bf16 activations with each 4-bit format.
+  std::vector<std::pair<DType, std::optional<DType>>> formats;
+  for (DType dtype : p.dtypes) formats.push_back({dtype, std::nullopt});
+  for (DType w : p.weights) formats.push_back({DType::bf16, w});
+  for (auto [dtype, b_type] : formats)
     for (GroupLayout layout : p.layouts)
       for (int tokens : p.tokens)
         for (auto [n, k] : {std::pair{p.up_n, p.hidden}, std::pair{p.hidden, p.intermediate}}) {
@@ -111,7 +124,8 @@ std::vector<KernelSpec> preset_specs(const ModelPreset& p, const Arch& arch, int
           int active = (int)std::min<long long>(p.experts, rows);
           std::vector<int> group_rows(p.experts, 0);
           for (int e = 0; e < active; ++e) group_rows[e] = (int)(rows / active + (e < rows % active ? 1 : 0));
-          GemmProblem problem{layout, dtype, dtype, p.experts, n, k, rows, group_rows};
+          // FP8 output is bf16 (the C type the FP8 kernels are measured with).
+          GemmProblem problem{layout, dtype, dtype == DType::e4m3 ? DType::bf16 : dtype, p.experts, n, k, rows, group_rows, b_type};
           KernelSpec spec = choose_spec(problem, arch, sm_count);
           if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
         }

@@ -14,6 +14,9 @@ struct ModelPreset {
   std::vector<int> tokens;
   std::vector<DType> dtypes{DType::bf16};
   std::vector<GroupLayout> layouts{GroupLayout::contiguous};
+  // Weight-only 4-bit formats (key weights=mxfp4,nvfp4) served with bf16 activations; their kernels
+  // are prewarmed as well. Empty: 16-bit / FP8 only.
+  std::vector<DType> weights;
 };
 
 // NAME is looked up as NAME.preset in $MOEJIT_PRESET_DIR, then in the source tree's cache/presets;

@@ -12,6 +12,8 @@ const char* dtype_code(DType t) {
     case DType::f16: return "moejit::kF16";
     case DType::f32: return "moejit::kF32";
     case DType::e4m3: return "moejit::kE4M3";
+    case DType::mxfp4: return "moejit::kMXFP4";
+    case DType::nvfp4: return "moejit::kNVFP4";
   }
   return "?";
 }
@@ -36,19 +38,22 @@ std::string fusion_code(const Fusion& f) {
 GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& templates) {
   spec.validate();
   // Fused kernels take one more parameter (FusionParams): their own instantiation files, so
-  // that the unfused kernels' generated sources stay as they were.
+  // that the unfused kernels' generated sources stay as they were. Fusions are 16-bit only
+  // (KernelSpec::validate), so the FP8 and 4-bit files have no fused twin.
   const bool fused = spec.fusion.any();
-  const char* instantiation = spec.family == KernelFamily::portable
+  const char* instantiation = spec.family == KernelFamily::portable && spec.is_weight_only_4bit() ? "portable_w4_grouped_gemm.cu.in"
+                              : spec.family == KernelFamily::portable
                                   ? (fused ? "portable_grouped_gemm_fused.cu.in" : "portable_grouped_gemm.cu.in")
-                              : spec.a == DType::e4m3 ? "hopper_fp8_grouped_gemm.cu.in"
-                              : fused                 ? "hopper_grouped_gemm_fused.cu.in"
-                                                      : "hopper_grouped_gemm.cu.in";
+                              : spec.a == DType::e4m3      ? "hopper_fp8_grouped_gemm.cu.in"
+                              : spec.is_weight_only_4bit() ? "hopper_w4_grouped_gemm.cu.in"
+                              : fused                      ? "hopper_grouped_gemm_fused.cu.in"
+                                                           : "hopper_grouped_gemm.cu.in";
   GeneratedSource out;
   out.file_name = fmt::format("moejit_{}.cu", spec.key().hex());
   out.source = fmt::format(
       fmt::runtime(templates.file(instantiation)), fmt::arg("spec", spec.to_text()), fmt::arg("block_m", spec.tile.m),
       fmt::arg("block_n", spec.tile.n), fmt::arg("block_k", spec.tile.k), fmt::arg("stages", spec.stages),
-      fmt::arg("warps_m", spec.warps_m), fmt::arg("warps_n", spec.warps_n), fmt::arg("type_ab", dtype_code(spec.a)),
+      fmt::arg("warps_m", spec.warps_m), fmt::arg("warps_n", spec.warps_n), fmt::arg("type_ab", dtype_code(spec.a)), fmt::arg("type_b", dtype_code(spec.b)),
       fmt::arg("type_c", dtype_code(spec.c)), fmt::arg("layout", layout_code(spec.layout)),
       fmt::arg("scheduler", scheduler_code(spec.scheduler)), fmt::arg("smem_bytes", spec.dynamic_smem_bytes()),
       fmt::arg("threads", spec.threads_per_cta()), fmt::arg("min_ctas", spec.min_ctas_per_sm()),

@@ -11,6 +11,8 @@ const char* dtype_code(DType t) {
     case DType::f16: return "moejit::kF16";
     case DType::f32: return "moejit::kF32";
     case DType::e4m3: return "moejit::kE4M3";
+    case DType::mxfp4:
+    case DType::nvfp4: break;  // never routing data: RoutingSpec::validate takes f32, bf16 or f16
   }
   return "?";
 }

@@ -15,9 +15,11 @@ TmaDescriptor make_tma_2d_swizzled(const void* base, DType type, std::uint64_t r
   cuuint64_t strides[1] = {cols * static_cast<cuuint64_t>(element_bytes(type))};
   cuuint32_t box[2] = {box_cols, box_rows};
   cuuint32_t element_strides[2] = {1, 1};
-  CUtensorMapDataType data_type = type == DType::bf16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                  : type == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  // E4M3 travels as plain bytes: TMA only copies, the wgmma reads them as e4m3.
+  CUtensorMapDataType data_type = type == DType::bf16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                  : type == DType::f16  ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                  : type == DType::e4m3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   MOEJIT_CU(driver().cuTensorMapEncodeTiled(&map, data_type, 2, const_cast<void*>(base), dims, strides, box,
                                             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));

@@ -7,7 +7,7 @@
 
 namespace moejit {
 
-// A 2-D row-major matrix [rows, cols] (bf16, f16 or f32), copied in boxes of box_rows × box_cols
+// A 2-D row-major matrix [rows, cols] (bf16, f16, f32 or e4m3), copied in boxes of box_rows × box_cols
 // with 128-byte swizzle (wgmma's operand layout; box_cols × element size ≤ 128 bytes): loads read
 // zeros past the edges, stores skip what lies past them.
 TmaDescriptor make_tma_2d_swizzled(const void* base, DType type, std::uint64_t rows, std::uint64_t cols,

@@ -92,6 +92,14 @@ ScaleShape fp8_scale_shape(const char* function, QuantShape shape, Fp8Scaling sc
   return {ceil_div(shape.rows, block.rows), ceil_div(shape.k, block.cols)};
 }
 
+// Where the scale of block (batch b, block row sr, block column sc) lives (formats.hpp): 1x128
+// activation scales are K-block-major over all rows of all batches, the others row-major per batch.
+std::size_t fp8_scale_index(QuantShape shape, ScaleShape scale_shape, Fp8Scaling scaling, std::int64_t b,
+                            std::int64_t sr, std::int64_t sc) {
+  if (scaling == Fp8Scaling::block_1x128) return static_cast<std::size_t>(sc * shape.batches * shape.rows + b * shape.rows + sr);
+  return static_cast<std::size_t>((b * scale_shape.rows + sr) * scale_shape.cols + sc);
+}
+
 // The largest E4M3 maps to the region's amax (DeepSeek-V3's scale = amax / 448). An all-zero
 // region gets 1.0 rather than 0 so that dividing by the scale stays defined.
 float fp8_scale(float amax) { return amax > 0.0f ? amax / 448.0f : 1.0f; }
@@ -139,7 +147,6 @@ Fp8Tensor quantize_fp8(const float* values, QuantShape shape, Fp8Scaling scaling
   const Fp8Block block = fp8_block("quantize_fp8", shape, scaling);
   Fp8Tensor out{shape, scaling, std::vector<std::uint8_t>(static_cast<std::size_t>(shape.elements())),
                 std::vector<float>(static_cast<std::size_t>(shape.batches * scale_shape.rows * scale_shape.cols))};
-  std::size_t scale_index = 0;
   for (std::int64_t b = 0; b < shape.batches; ++b) {
     for (std::int64_t r0 = 0; r0 < shape.rows; r0 += block.rows) {
       const std::int64_t r1 = std::min(shape.rows, r0 + block.rows);
@@ -149,7 +156,7 @@ Fp8Tensor quantize_fp8(const float* values, QuantShape shape, Fp8Scaling scaling
         for (std::int64_t r = r0; r < r1; ++r)
           amax = std::max(amax, block_amax(values + (b * shape.rows + r) * shape.k + c0, c1 - c0).amax);
         const float scale = fp8_scale(amax);
-        out.scales[scale_index++] = scale;
+        out.scales[fp8_scale_index(shape, scale_shape, scaling, b, r0 / block.rows, c0 / block.cols)] = scale;
         for (std::int64_t r = r0; r < r1; ++r) {
           const std::int64_t row = (b * shape.rows + r) * shape.k;
           for (std::int64_t c = c0; c < c1; ++c) out.data[row + c] = float_to_e4m3(values[row + c] / scale);
@@ -172,9 +179,42 @@ std::vector<float> dequantize(const Fp8Tensor& tensor) {
     for (std::int64_t r = 0; r < shape.rows; ++r)
       for (std::int64_t c = 0; c < shape.k; ++c) {
         const std::int64_t i = (b * shape.rows + r) * shape.k + c;
-        const float scale = tensor.scales[(b * scale_shape.rows + r / block.rows) * scale_shape.cols + c / block.cols];
+        const float scale =
+            tensor.scales[fp8_scale_index(shape, scale_shape, tensor.scaling, b, r / block.rows, c / block.cols)];
         out[i] = e4m3_to_float(tensor.data[i]) * scale;
       }
+  return out;
+}
+
+std::vector<float> fp8_kernel_scales_a(const Fp8Tensor& tensor) {
+  const char* function = "fp8_kernel_scales_a";
+  const QuantShape shape = tensor.shape;
+  const ScaleShape scale_shape = fp8_scale_shape(function, shape, tensor.scaling);
+  check_size(function, "tensor.scales", tensor.scales, shape.batches * scale_shape.rows * scale_shape.cols, shape);
+  if (tensor.scaling == Fp8Scaling::block_128x128)
+    bad(function, "tensor.scaling=128x128 (activations take tensor, row or 1x128 scales)");
+  if (tensor.scaling == Fp8Scaling::block_1x128) return tensor.scales;
+  const std::int64_t rows = shape.batches * shape.rows, k_blocks = ceil_div(shape.k, kFp8ScaleBlock);
+  std::vector<float> out(static_cast<std::size_t>(k_blocks * rows));
+  for (std::int64_t kb = 0; kb < k_blocks; ++kb)
+    for (std::int64_t row = 0; row < rows; ++row)
+      out[kb * rows + row] =
+          tensor.scaling == Fp8Scaling::per_row ? tensor.scales[row] : tensor.scales[row / shape.rows];
+  return out;
+}
+
+std::vector<float> fp8_kernel_scales_b(const Fp8Tensor& tensor) {
+  const char* function = "fp8_kernel_scales_b";
+  const QuantShape shape = tensor.shape;
+  const ScaleShape scale_shape = fp8_scale_shape(function, shape, tensor.scaling);
+  check_size(function, "tensor.scales", tensor.scales, shape.batches * scale_shape.rows * scale_shape.cols, shape);
+  if (tensor.scaling == Fp8Scaling::per_row || tensor.scaling == Fp8Scaling::block_1x128)
+    bad(function, "tensor.scaling={} (weights take tensor or 128x128 scales: the FP8 kernel applies one B scale per "
+        "128 output channels)", scaling_name(tensor.scaling));
+  if (tensor.scaling == Fp8Scaling::block_128x128) return tensor.scales;
+  const std::int64_t n_blocks = ceil_div(shape.rows, kFp8ScaleBlock), k_blocks = ceil_div(shape.k, kFp8ScaleBlock);
+  std::vector<float> out(static_cast<std::size_t>(shape.batches * n_blocks * k_blocks));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = tensor.scales[i / (n_blocks * k_blocks)];
   return out;
 }
 
@@ -257,6 +297,123 @@ std::vector<float> dequantize(const Nvfp4Tensor& tensor) {
   for (std::int64_t i = 0; i < shape.elements(); ++i)
     out[i] = e2m1_to_float(nibble(tensor.data, i)) * e4m3_to_float(tensor.scales[i / kNvfp4Block]) *
              tensor.tensor_scales[i / per_batch];
+  return out;
+}
+
+}  // namespace moejit
+
+// ---- W4 SM90: pre-arranged 4-bit weights (layout in formats.hpp) ----
+namespace moejit {
+namespace {
+
+struct W4Layout {
+  int scale_block;        // K elements per scale: 32 (MXFP4) or 16 (NVFP4)
+  int scales_per_thread;  // 4 or 8
+  std::uint8_t pad_scale; // scale of rows past N / K past the end
+  std::int64_t block_bytes() const { return 4096 + 256 * scales_per_thread; }
+};
+
+W4Layout w4_layout(const char* function, QuantFormat format) {
+  if (format == QuantFormat::mxfp4) return {kMxfp4Block, 4, 127};
+  if (format == QuantFormat::nvfp4) return {kNvfp4Block, 8, 0};
+  bad(function, "format={} (expected mxfp4 or nvfp4)", format_name(format));
+}
+
+// Calls visit(code_byte_offset, group, row, k) for each code byte (k = the lower of its two K) and
+// visit_scale(scale_byte_offset, group, row, scale_block) for each scale byte of the packed layout.
+template <typename Code, typename Scale>
+void for_each_w4_byte(QuantShape shape, const W4Layout& layout, Code&& visit, Scale&& visit_scale) {
+  const std::int64_t n_blocks = ceil_div(shape.rows, 128), k_blocks = ceil_div(shape.k, 64);
+  const std::int64_t block_bytes = layout.block_bytes();
+  for (std::int64_t g = 0; g < shape.batches; ++g)
+    for (std::int64_t nb = 0; nb < n_blocks; ++nb)
+      for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
+        const std::int64_t base = ((g * n_blocks + nb) * k_blocks + kb) * block_bytes;
+        for (int w = 0; w < 2; ++w)
+          for (int t = 0; t < 128; ++t) {
+            const int warp = t / 32, lane = t % 32, c = lane % 4;
+            const std::int64_t r0 = nb * 128 + w * 64 + warp * 16 + lane / 4, rows[2] = {r0, r0 + 8};
+            for (int kk = 0; kk < 4; ++kk)
+              for (int i = 0; i < 4; ++i)
+                visit(base + (w * 128 + t) * 16 + kk * 4 + i, g, rows[i & 1], kb * 64 + kk * 16 + 2 * c + (i >= 2 ? 8 : 0));
+            for (int j = 0; j < layout.scales_per_thread; ++j)
+              visit_scale(base + 4096 + (w * 128 + t) * layout.scales_per_thread + j, g, rows[j & 1],
+                          kb * (64 / layout.scale_block) + j / 2);
+          }
+      }
+}
+
+template <typename Tensor>
+std::vector<std::uint8_t> pack_w4(const char* function, const Tensor& tensor, QuantFormat format) {
+  const QuantShape shape = tensor.shape;
+  const W4Layout layout = w4_layout(function, format);
+  check_shape(function, shape, layout.scale_block, format_name(format));
+  check_size(function, "weights.data", tensor.data, shape.elements() / 2, shape);
+  check_size(function, "weights.scales", tensor.scales, shape.elements() / layout.scale_block, shape);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(w4_sm90_packed_bytes(shape, format)));
+  const std::int64_t scale_cols = shape.k / layout.scale_block;
+  for_each_w4_byte(
+      shape, layout,
+      [&](std::int64_t at, std::int64_t g, std::int64_t r, std::int64_t k) {
+        if (r < shape.rows && k < shape.k) out[at] = tensor.data[((g * shape.rows + r) * shape.k + k) / 2];
+      },
+      [&](std::int64_t at, std::int64_t g, std::int64_t r, std::int64_t blk) {
+        out[at] = r < shape.rows && blk < scale_cols ? tensor.scales[(g * shape.rows + r) * scale_cols + blk]
+                                                     : layout.pad_scale;
+      });
+  return out;
+}
+
+template <typename Tensor>
+Tensor unpack_w4(const char* function, const std::vector<std::uint8_t>& packed, QuantShape shape, QuantFormat format) {
+  const W4Layout layout = w4_layout(function, format);
+  check_shape(function, shape, layout.scale_block, format_name(format));
+  check_size(function, "packed", packed, w4_sm90_packed_bytes(shape, format), shape);
+  Tensor out;
+  out.shape = shape;
+  out.data.resize(static_cast<std::size_t>(shape.elements() / 2));
+  out.scales.resize(static_cast<std::size_t>(shape.elements() / layout.scale_block));
+  const std::int64_t scale_cols = shape.k / layout.scale_block;
+  for_each_w4_byte(
+      shape, layout,
+      [&](std::int64_t at, std::int64_t g, std::int64_t r, std::int64_t k) {
+        if (r < shape.rows && k < shape.k) out.data[((g * shape.rows + r) * shape.k + k) / 2] = packed[at];
+      },
+      [&](std::int64_t at, std::int64_t g, std::int64_t r, std::int64_t blk) {
+        if (r < shape.rows && blk < scale_cols) out.scales[(g * shape.rows + r) * scale_cols + blk] = packed[at];
+      });
+  return out;
+}
+
+}  // namespace
+
+std::int64_t w4_sm90_packed_bytes(QuantShape shape, QuantFormat format) {
+  const char* function = "w4_sm90_packed_bytes";
+  const W4Layout layout = w4_layout(function, format);
+  check_shape(function, shape, layout.scale_block, format_name(format));
+  return shape.batches * ceil_div(shape.rows, 128) * ceil_div(shape.k, 64) * layout.block_bytes();
+}
+
+std::vector<std::uint8_t> pack_w4_sm90(const Mxfp4Tensor& weights) {
+  return pack_w4("pack_w4_sm90(Mxfp4Tensor)", weights, QuantFormat::mxfp4);
+}
+
+std::vector<std::uint8_t> pack_w4_sm90(const Nvfp4Tensor& weights) {
+  check_size("pack_w4_sm90(Nvfp4Tensor)", "weights.tensor_scales", weights.tensor_scales, weights.shape.batches,
+             weights.shape);
+  return pack_w4("pack_w4_sm90(Nvfp4Tensor)", weights, QuantFormat::nvfp4);
+}
+
+Mxfp4Tensor unpack_mxfp4_w4_sm90(const std::vector<std::uint8_t>& packed, QuantShape shape) {
+  return unpack_w4<Mxfp4Tensor>("unpack_mxfp4_w4_sm90", packed, shape, QuantFormat::mxfp4);
+}
+
+Nvfp4Tensor unpack_nvfp4_w4_sm90(const std::vector<std::uint8_t>& packed, QuantShape shape,
+                                 const std::vector<float>& tensor_scales) {
+  const char* function = "unpack_nvfp4_w4_sm90";
+  check_size(function, "tensor_scales", tensor_scales, shape.batches, shape);
+  Nvfp4Tensor out = unpack_w4<Nvfp4Tensor>(function, packed, shape, QuantFormat::nvfp4);
+  out.tensor_scales = tensor_scales;
   return out;
 }
 

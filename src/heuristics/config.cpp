@@ -18,6 +18,20 @@ constexpr TileChoice kHopperLarge = {{128, 256, 64}, 4, 1, 1};
 constexpr TileChoice kHopperSmall = {{64, 256, 64}, 5, 1, 1};
 // 128x256 on CTA pairs that share A through TMA multicast (docs/perf.md, v4).
 constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
+// FP8 block-scaled (hopper_fp8/, docs/results/2026-11-23-fp8-prototype.md, H100, DeepSeek-V3):
+// 64x256 with 5 stages is faster up to 128 rows per expert (up 128 tokens 2.55 vs 3.01 ms, 4096
+// tokens 555/544 vs 496/452 TFLOP/s); 128x128 with 6 stages at 512 rows (16384 tokens: 771/761
+// vs 742/472 TFLOP/s). Static scheduler only (the FP8 kernel has no dynamic one yet).
+constexpr TileChoice kFp8Small = {{64, 256, 128}, 5, 1, 1};
+constexpr TileChoice kFp8Large = {{128, 128, 128}, 6, 1, 1};
+constexpr int kFp8LargeTileMinRows = 256;  // mean rows per active expert; measured at 128 and 512
+// 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
+// MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
+// beat 64 at 16384 tokens (409-462 vs 295-320 TFLOP/s). The switch sits at 128 rows per expert
+// (between the measured points); 16/32-token tiles are not chosen until they are timed.
+constexpr TileChoice kW4Small = {{64, 128, 64}, 8, 1, 1};
+constexpr TileChoice kW4Large = {{128, 128, 64}, 8, 1, 1};
+constexpr int kW4LargeTileMinRows = 128;
 // Portable: 8 warps over 128x128 (two CTAs per SM); 64-row tiles when groups are small.
 constexpr TileChoice kPortableLarge = {{128, 128, 32}, 4, 2, 4};
 constexpr TileChoice kPortableSmall = {{64, 128, 32}, 4, 2, 4};
@@ -40,6 +54,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   spec.arch = arch;
   spec.layout = problem.layout;
   spec.a = spec.b = problem.ab_type;
+  if (problem.b_type) spec.b = *problem.b_type;
   spec.c = problem.c_type;
   spec.fusion = problem.fusion;
 
@@ -50,7 +65,24 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   if (problem.group_rows.empty()) active = problem.num_groups, rows = problem.total_rows;
   double mean_rows = active ? double(rows) / double(active) : 0.0;
 
-  if (hopper_capable(arch)) {
+  if (spec.is_weight_only_4bit() && hopper_capable(arch) && spec.c != DType::f32) {
+    // Elsewhere (and for f32 C, which the Hopper 4-bit kernel does not write) the portable family
+    // widens the 4-bit weights, with the bf16 tile rules below.
+    spec.family = KernelFamily::hopper;
+    spec = with_tile(spec, mean_rows < kW4LargeTileMinRows ? kW4Small : kW4Large);
+    spec.scheduler = Scheduler::static_persistent;
+    spec.validate();
+    return spec;
+  }
+  if (problem.ab_type == DType::e4m3 && hopper_capable(arch)) {
+    // Elsewhere the portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
+    spec.family = KernelFamily::hopper;
+    spec = with_tile(spec, mean_rows < kFp8LargeTileMinRows ? kFp8Small : kFp8Large);
+    spec.scheduler = Scheduler::static_persistent;
+    spec.validate();
+    return spec;
+  }
+  if (hopper_capable(arch) && !spec.is_weight_only_4bit()) {
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows <= 64 ? kHopperSmall : kHopperLarge);
   } else {
@@ -113,6 +145,67 @@ std::vector<KernelSpec> family_candidates(const Arch& arch, KernelFamily family)
 
 std::vector<KernelSpec> heuristic_candidates(const Arch& arch) {
   return family_candidates(arch, hopper_capable(arch) ? KernelFamily::hopper : KernelFamily::portable);
+}
+
+std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family) {
+  std::vector<KernelSpec> out;
+  if (family == KernelFamily::hopper) {
+    if (!hopper_capable(arch)) return {};
+    for (const TileChoice& t : {kW4Small, kW4Large})
+      for (DType b : {DType::mxfp4, DType::nvfp4})
+        for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
+          for (DType c : {DType::bf16, DType::f16}) {
+            KernelSpec s;
+            s.family = KernelFamily::hopper;
+            s.arch = arch;
+            s.layout = layout;
+            s.a = DType::bf16;
+            s.b = b;
+            s.c = c;
+            s = with_tile(s, t);
+            s.validate();
+            out.push_back(s);
+          }
+    return out;
+  }
+  // Portable: the 16-bit family's configs with 4-bit B (its tiles, layouts, C types, schedulers).
+  for (KernelSpec s : family_candidates(arch, KernelFamily::portable)) {
+    if (s.a != DType::bf16) continue;
+    for (DType b : {DType::mxfp4, DType::nvfp4}) {
+      s.b = b;
+      s.validate();
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
+  std::vector<KernelSpec> out;
+  if (family == KernelFamily::portable) {
+    for (KernelSpec s : family_candidates(arch, KernelFamily::portable)) {
+      if (s.a != DType::bf16) continue;
+      s.a = s.b = DType::e4m3;
+      s.validate();
+      out.push_back(s);
+    }
+    return out;
+  }
+  if (!hopper_capable(arch)) return {};
+  for (const TileChoice& t : {kFp8Small, kFp8Large})
+    for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
+      for (DType c : {DType::bf16, DType::f16, DType::f32}) {
+        KernelSpec s;
+        s.family = KernelFamily::hopper;
+        s.arch = arch;
+        s.layout = layout;
+        s.a = s.b = DType::e4m3;
+        s.c = c;
+        s = with_tile(s, t);
+        s.validate();
+        out.push_back(s);
+      }
+  return out;
 }
 
 }  // namespace moejit

@@ -1,5 +1,6 @@
 // Config choice, kept apart from kernels and runtime: (problem, device) -> KernelSpec.
 #pragma once
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct GemmProblem {
   int k = 0;
   long long total_rows = 0;       // contiguous: ΣM; masked: an estimate of valid rows if known, else capacity × groups
   std::span<const int> group_rows;  // per-group valid rows when known (may be empty)
+  std::optional<DType> b_type;      // B's type where it differs from ab_type (mxfp4 | nvfp4)
   Fusion fusion{};                  // built into the chosen spec (configs that cannot take it are avoided)
 };
 
@@ -27,6 +29,12 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
 namespace moejit {
 // Every spec choose_spec can return on `arch` (CI compiles each of them with NVRTC).
 std::vector<KernelSpec> heuristic_candidates(const Arch& arch);
+// Every FP8 (a = b = e4m3) spec of `family` on `arch` (hopper: what choose_spec returns on sm_90a,
+// each tile × layout × C type; portable: what it returns elsewhere, also runnable on sm_90a).
+std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family = KernelFamily::hopper);
+// Every weight-only 4-bit (a = bf16, b = mxfp4 | nvfp4) spec of `family` on `arch` (hopper: what
+// choose_spec returns on sm_90a; portable: what it returns elsewhere, also runnable on sm_90a).
+std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family = KernelFamily::hopper);
 // The configs of one family crossed with every layout, dtype and scheduler; empty if the
 // family cannot run on `arch`. Tests run the portable family on Hopper too.
 std::vector<KernelSpec> family_candidates(const Arch& arch, KernelFamily family);

@@ -28,6 +28,11 @@ constexpr TileConfig kHopperTiles[] = {
 // 2x1 pairs take M tiles 2i, 2i+1 of one group: with fewer than two 128-row tiles per group the
 // pair's second CTA would mostly only pass B on.
 constexpr double kPairMMinRowsPerGroup = 256;
+// FP8 block-scaled: the two tiles its kernel implements (K = one 128-wide scale block).
+constexpr TileConfig kFp8Tiles[] = {{{64, 256, 128}, 5, 1, 1}, {{128, 128, 128}, 6, 1, 1}};
+// 4-bit weight-only: tokens per tile (16/32 compile but were not yet timed on a GPU).
+constexpr TileConfig kW4Tiles[] = {{{16, 128, 64}, 8, 1, 1}, {{32, 128, 64}, 8, 1, 1}, {{64, 128, 64}, 8, 1, 1},
+                                   {{128, 128, 64}, 8, 1, 1}};
 constexpr TileConfig kPortableTiles[] = {
     {{64, 128, 32}, 4, 2, 4}, {{128, 128, 32}, 4, 2, 4}, {{128, 64, 32}, 4, 4, 2}, {{64, 64, 32}, 4, 2, 2},
 };
@@ -35,9 +40,10 @@ constexpr TileConfig kPortableTiles[] = {
 }  // namespace
 
 std::string ShapeBucket::to_text() const {
-  std::string out = fmt::format("layout={},ab={},c={},groups={},n={},k={},rows<={},active<={}", moejit::to_text(layout),
+  std::string out = fmt::format("layout={},ab={},c={},groups={},n={},k={},rows<={},active<={}{}{}", moejit::to_text(layout),
                                 moejit::to_text(ab_type), moejit::to_text(c_type), num_groups, n, k, 1ll << rows_log2,
-                                1ll << active_log2);
+                                1ll << active_log2, b_type == ab_type ? "" : ",b=",
+                                b_type == ab_type ? "" : moejit::to_text(b_type));
   if (fusion.any()) {
     out += ',';
     out += moejit::to_text(fusion);
@@ -62,7 +68,7 @@ std::optional<ShapeBucket> ShapeBucket::parse(std::string_view text) {
     return ec == std::errc() && end == v->data() + v->size();
   };
   auto dtype = [](std::optional<std::string_view> v, DType& out) {
-    for (DType d : {DType::bf16, DType::f16, DType::f32})
+    for (DType d : {DType::bf16, DType::f16, DType::f32, DType::e4m3})
       if (v && *v == moejit::to_text(d)) return out = d, true;
     return false;
   };
@@ -75,6 +81,14 @@ std::optional<ShapeBucket> ShapeBucket::parse(std::string_view text) {
   if (!number(take("groups="), groups) || !number(take("n="), n) || !number(take("k="), k) ||
       !number(take("rows<="), rows) || !number(take("active<="), active))
     return std::nullopt;
+  b.b_type = b.ab_type;
+  if (text.starts_with("b=")) {
+    auto b_text = take("b=");
+    if (b_text == moejit::to_text(DType::mxfp4)) b.b_type = DType::mxfp4;
+    else if (b_text == moejit::to_text(DType::nvfp4)) b.b_type = DType::nvfp4;
+    else return std::nullopt;
+    if (b.ab_type != DType::bf16) return std::nullopt;
+  }
   if (!text.empty()) {
     // Fused buckets: the fusion fields of a spec's text, exactly as to_text() writes them.
     if (!text.starts_with("fuse=")) return std::nullopt;
@@ -95,10 +109,11 @@ std::optional<ShapeBucket> ShapeBucket::parse(std::string_view text) {
 }
 
 ShapeBucket ShapeBucket::of(GroupLayout layout, DType ab, DType c, int num_groups, int n, int k, long long rows,
-                            long long active) {
+                            long long active, std::optional<DType> b_type) {
   ShapeBucket b;
   b.layout = layout;
   b.ab_type = ab;
+  b.b_type = b_type.value_or(ab);
   b.c_type = c;
   b.num_groups = num_groups;
   b.n = n;
@@ -112,7 +127,8 @@ ShapeBucket ShapeBucket::of(GroupLayout layout, DType ab, DType c, int num_group
 std::size_t ShapeBucketHash::operator()(const ShapeBucket& b) const noexcept {
   std::uint64_t x = (std::uint64_t)(unsigned)b.n | (std::uint64_t)(unsigned)b.k << 32;
   std::uint64_t y = (std::uint64_t)(unsigned)b.num_groups | (std::uint64_t)b.layout << 32 | (std::uint64_t)b.ab_type << 34 |
-                    (std::uint64_t)b.c_type << 36 | (std::uint64_t)b.rows_log2 << 40 | (std::uint64_t)b.active_log2 << 48;
+                    (std::uint64_t)b.c_type << 36 | (std::uint64_t)b.rows_log2 << 40 | (std::uint64_t)b.active_log2 << 48 |
+                    (std::uint64_t)b.b_type << 53;
   const Fusion& f = b.fusion;
   y ^= (std::uint64_t)(f.gather_a | f.scatter_c << 1 | f.routing_weight << 2 | f.bias << 3 | f.atomic << 4 |
                        (int)f.glu << 5 | (int)f.activation << 6) << 56;
@@ -150,7 +166,11 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
       if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
     }
   };
-  if (chosen.family == KernelFamily::hopper)
+  if (chosen.a == DType::e4m3 && chosen.family == KernelFamily::hopper)
+    for (auto& t : kFp8Tiles) add(t);
+  else if (chosen.is_weight_only_4bit() && chosen.family == KernelFamily::hopper)
+    for (auto& t : kW4Tiles) add(t);
+  else if (chosen.family == KernelFamily::hopper)
     for (auto& t : kHopperTiles) add(t);
   else
     for (auto& t : kPortableTiles) add(t);

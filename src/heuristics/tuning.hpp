@@ -23,13 +23,15 @@ struct ShapeBucket {
   int num_groups = 0, n = 0, k = 0;
   int rows_log2 = 0;    // ceil(log2(ceil(rows per active group))); 0 also for empty problems
   int active_log2 = 0;  // ceil(log2(active groups))
+  DType b_type = DType::bf16;  // equal to ab_type except for weight-only 4-bit (text: ",b=mxfp4")
   Fusion fusion{};      // fused calls are buckets of their own (text: ",fuse=...,act=..." appended)
 
   bool operator==(const ShapeBucket&) const = default;
   std::string to_text() const;  // "layout=contiguous,ab=bf16,c=bf16,groups=128,n=5760,k=2880,rows<=512,active<=128"
   static std::optional<ShapeBucket> parse(std::string_view text);  // nullopt if not a bucket's text
   // Valid rows and active (non-empty) groups of one problem.
-  static ShapeBucket of(GroupLayout layout, DType ab, DType c, int num_groups, int n, int k, long long rows, long long active);
+  static ShapeBucket of(GroupLayout layout, DType ab, DType c, int num_groups, int n, int k, long long rows, long long active,
+                        std::optional<DType> b = std::nullopt);
 };
 
 struct ShapeBucketHash {

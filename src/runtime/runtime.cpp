@@ -154,7 +154,8 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
     rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
     active = args.num_groups;
   }
-  ShapeBucket bucket = ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active);
+  ShapeBucket bucket =
+      ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type);
   bucket.fusion = args.fusion;
   return bucket;
 }
@@ -176,6 +177,9 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   p.capacity = args.capacity;
   p.total_rows = args.layout == GroupLayout::contiguous ? args.total_rows : args.capacity * args.num_groups;
   if (spec.scheduler == Scheduler::dynamic) p.tile_counter = rt.tile_counter(stream);
+  p.scale_a = args.a_scales;
+  p.scale_b = args.b_scales;
+  p.scale_b_tensor = args.b_tensor_scales;
 
   CUlaunchConfig config{};
   config.gridDimX = static_cast<unsigned>(std::min<long long>(tiles, (long long)rt.sm_count * k.ctas_per_sm));
@@ -200,7 +204,24 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     fp.n_out = n_out;
   }
 
-  if (spec.family == KernelFamily::hopper) {
+  // FP8 and 4-bit kernels take no fusions (KernelSpec::validate).
+  if (spec.family == KernelFamily::hopper && spec.a == DType::e4m3) {
+    // FP8 (hopper_fp8/): one stage is a 128-wide K block of e4m3 bytes (a 128-byte swizzle row);
+    // A in tile-high boxes, B in tile-wide boxes; C is stored from registers (no tensor map).
+    std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
+    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, spec.tile.m, 128);
+    TmaDescriptor tma_b =
+        make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k, spec.tile.n, 128);
+    void* params[] = {&p, &tma_a, &tma_b};
+    MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
+  } else if (spec.family == KernelFamily::hopper && spec.is_weight_only_4bit()) {
+    // 4-bit weight-only (hopper_w4/): activations in boxes of tile-M tokens x 64 K (128-byte
+    // swizzle, wgmma's B operand); the pre-arranged weights are read by plain bulk copies from p.b.
+    std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
+    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, spec.tile.m, 64);
+    void* params[] = {&p, &tma_a};
+    MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
+  } else if (spec.family == KernelFamily::hopper) {
     // A in 64-row boxes (a 128-row tile whose group ends in its first half loads one), B in
     // tile-wide boxes, C (the TMA-store epilogue) in 64-row boxes of 128 bytes: all 128B-swizzled.
     // Fusions: split-GLU B comes in boxes of half a consumer slice; C is [rows or num_out_rows, n_out].
@@ -345,6 +366,7 @@ GemmProblem problem_of(const GroupedGemmArgs& args, const HostGroups& groups, st
   problem.layout = args.layout;
   problem.ab_type = args.ab_type;
   problem.c_type = args.c_type;
+  problem.b_type = args.b_type;
   problem.num_groups = args.num_groups;
   problem.n = args.n;
   problem.k = args.k;
@@ -371,8 +393,8 @@ std::optional<KernelSpec> stored_spec(Runtime::Impl& rt, const ShapeBucket& buck
   try {
     KernelSpec spec = KernelSpec::parse(text);
     spec.validate();
-    if (spec.arch == rt.arch && spec.layout == bucket.layout && spec.a == bucket.ab_type && spec.c == bucket.c_type &&
-        spec.fusion == bucket.fusion)
+    if (spec.arch == rt.arch && spec.layout == bucket.layout && spec.a == bucket.ab_type && spec.b == bucket.b_type &&
+        spec.c == bucket.c_type && spec.fusion == bucket.fusion)
       return spec;
   } catch (const Error&) {
   }

@@ -23,10 +23,37 @@ void check_pointer(const void* p, const char* name, std::uintptr_t alignment) {
 }  // namespace
 
 void validate_args(const GroupedGemmArgs& a) {
-  if (a.ab_type == DType::e4m3)
-    bad("ab_type=e4m3: FP8 kernels build (moejit compile/inspect) but cannot be launched yet: their block scales are "
-        "not part of GroupedGemmArgs (expected bf16 or f16)");
-  if (a.ab_type != DType::bf16 && a.ab_type != DType::f16) bad("ab_type={} (expected bf16 or f16)", to_text(a.ab_type));
+  if (a.ab_type != DType::bf16 && a.ab_type != DType::f16 && a.ab_type != DType::e4m3)
+    bad("ab_type={} (expected bf16, f16 or e4m3)", to_text(a.ab_type));
+  if (a.c_type != DType::bf16 && a.c_type != DType::f16 && a.c_type != DType::f32)
+    bad("c_type={} (expected bf16, f16 or f32)", to_text(a.c_type));
+  if (a.ab_type == DType::e4m3) {
+    // FP8 with DeepSeek-V3 block scales (layouts in include/moejit/formats.hpp).
+    check_pointer(a.a_scales, "a_scales (ab_type=e4m3: fp32 [ceil(K/128)][rows of A])", 4);
+    check_pointer(a.b_scales, "b_scales (ab_type=e4m3: fp32 [num_groups][ceil(N/128)][ceil(K/128)])", 4);
+    // TMA: row strides of A and B (K bytes) must be multiples of 16.
+    if (a.k % 16) bad("k={} (ab_type=e4m3: expected a multiple of 16, the 16-byte row alignment TMA needs)", a.k);
+  } else {
+    if (a.a_scales) bad("a_scales={} but ab_type={} takes no scales (expected null)", static_cast<const void*>(a.a_scales), to_text(a.ab_type));
+    if (a.b_scales)
+      bad("b_scales={} but ab_type={}{} takes no separate scales (expected null)", a.b_scales, to_text(a.ab_type),
+          a.b_type ? fmt::format(", b_type={} (scales are inside the packed blocks)", to_text(*a.b_type)) : "");
+  }
+  if (a.b_type && *a.b_type != a.ab_type) {
+    // Weight-only 4-bit: B pre-arranged by pack_w4_sm90 (include/moejit/formats.hpp).
+    const DType b = *a.b_type;
+    if (b != DType::mxfp4 && b != DType::nvfp4)
+      bad("b_type={} with ab_type={} (expected b_type equal to ab_type, or mxfp4|nvfp4 with ab_type=bf16)", to_text(b),
+          to_text(a.ab_type));
+    if (a.ab_type != DType::bf16) bad("ab_type={} with b_type={} (4-bit weights take bf16 activations)", to_text(a.ab_type), to_text(b));
+    const int block = b == DType::mxfp4 ? 32 : 16;
+    if (a.k % block) bad("k={} (b_type={}: expected a multiple of {}, its scale block)", a.k, to_text(b), block);
+    if (b == DType::nvfp4) check_pointer(a.b_tensor_scales, "b_tensor_scales (b_type=nvfp4: fp32 [num_groups])", 4);
+    else if (a.b_tensor_scales) bad("b_tensor_scales={} but b_type=mxfp4 has none (expected null)", static_cast<const void*>(a.b_tensor_scales));
+  } else if (a.b_tensor_scales) {
+    bad("b_tensor_scales={} but b_type={} has none (expected null; nvfp4 only)", static_cast<const void*>(a.b_tensor_scales),
+        to_text(a.b_format()));
+  }
   check_pointer(a.a, "a", 16);
   check_pointer(a.b, "b", 16);
   check_pointer(a.c, "c", 16);
@@ -52,6 +79,10 @@ void validate_args(const GroupedGemmArgs& a) {
 }
 
 void validate_fusion_args(const GroupedGemmArgs& a, const Fusion& f) {
+  // The FP8 and 4-bit kernels have no fused epilogue (docs/design.md, "Fusions": gaps).
+  if (f.any() && (a.ab_type == DType::e4m3 || a.b_format() != a.ab_type))
+    bad("fusion ({}) with ab_type={}, b_type={}: fusions are implemented for bf16/f16 operands only", to_text(f),
+        to_text(a.ab_type), to_text(a.b_format()));
   // Each pointer exactly when its flag is set; a pointer (or count) without its flag is an error
   // too, so that a forgotten flag cannot silently drop a fusion the caller meant to have.
   if (f.gather_a) {
@@ -86,6 +117,7 @@ void validate_args_match_spec(const GroupedGemmArgs& a, const KernelSpec& spec) 
   if (a.layout != spec.layout)
     bad("layout={} but the kernel was built for layout={}", to_text(a.layout), to_text(spec.layout));
   if (a.ab_type != spec.a) bad("ab_type={} but the kernel was built for a={}", to_text(a.ab_type), to_text(spec.a));
+  if (a.b_format() != spec.b) bad("b_type={} but the kernel was built for b={}", to_text(a.b_format()), to_text(spec.b));
   if (a.c_type != spec.c) bad("c_type={} but the kernel was built for c={}", to_text(a.c_type), to_text(spec.c));
 }
 

@@ -37,7 +37,12 @@ struct EnumNames {
 
 constexpr EnumNames<KernelFamily, 2> kFamilies{{{{KernelFamily::portable, "portable"}, {KernelFamily::hopper, "hopper"}}}};
 constexpr EnumNames<GroupLayout, 2> kLayouts{{{{GroupLayout::contiguous, "contiguous"}, {GroupLayout::masked, "masked"}}}};
-constexpr EnumNames<DType, 4> kDTypes{{{{DType::bf16, "bf16"}, {DType::f16, "f16"}, {DType::f32, "f32"}, {DType::e4m3, "e4m3"}}}};
+constexpr EnumNames<DType, 6> kDTypes{{{{DType::bf16, "bf16"},
+                                         {DType::f16, "f16"},
+                                         {DType::f32, "f32"},
+                                         {DType::e4m3, "e4m3"},
+                                         {DType::mxfp4, "mxfp4"},
+                                         {DType::nvfp4, "nvfp4"}}}};
 constexpr EnumNames<Scheduler, 2> kSchedulers{{{{Scheduler::static_persistent, "static"}, {Scheduler::dynamic, "dynamic"}}}};
 constexpr EnumNames<Activation, 5> kActivations{{{{Activation::none, "none"},
                                                   {Activation::silu, "silu"},
@@ -110,7 +115,7 @@ std::string_view to_text(DType v) { return kDTypes.text(v); }
 std::string_view to_text(Scheduler v) { return kSchedulers.text(v); }
 std::string_view to_text(Activation v) { return kActivations.text(v); }
 std::string_view to_text(GluLayout v) { return kGluLayouts.text(v); }
-int element_bytes(DType t) { return t == DType::f32 ? 4 : t == DType::e4m3 ? 1 : 2; }
+int element_bytes(DType t) { return t == DType::f32 ? 4 : t == DType::bf16 || t == DType::f16 ? 2 : 1; }
 
 std::string to_text(const Fusion& f) {
   std::string out = fmt::format("fuse={},act={}", fusion_text(f), moejit::to_text(f.activation));
@@ -196,6 +201,11 @@ KernelSpec KernelSpec::parse(std::string_view text) {
     s.tile = {128, 128, 128};
     s.stages = 6;
   }
+  if (s.family == KernelFamily::hopper && s.is_weight_only_4bit()) {
+    // 4-bit weight-only defaults: 64 tokens x 128 weight rows x 64 K per stage (hopper_w4/).
+    s.tile = {64, 128, 64};
+    s.stages = 8;
+  }
   if (auto v = take("tile")) {
     auto d = parse_dims("tile", *v, 3, "MxNxK, e.g. 128x128x32");
     s.tile = {d[0], d[1], d[2]};
@@ -240,6 +250,11 @@ int KernelSpec::dynamic_smem_bytes() const {
     // FP8 (hopper_fp8/): fp8_smem_bytes<>(): stages of 128 bytes per tile row, no C staging.
     return stages * (tile.m + tile.n) * 128 + 2048;
   }
+  if (family == KernelFamily::hopper && is_weight_only_4bit()) {
+    // hopper_w4/ w4rs_smem_bytes<>(): per stage 64 K of BF16 per token + one pre-arranged weight
+    // block (4096 bytes of codes + 1024 (MXFP4) or 2048 (NVFP4) of scales).
+    return stages * (tile.m * 128 + (b == DType::nvfp4 ? 6144 : 5120)) + 2048;
+  }
   if (family == KernelFamily::hopper) {
     int base = stages * (tile.m + tile.n) * 64 * 2 + 2048;
     constexpr int kCStaging = 32768;
@@ -256,9 +271,10 @@ int KernelSpec::dynamic_smem_bytes() const {
 int KernelSpec::min_ctas_per_sm() const {
   // Measured on the H100 (docs/perf.md): 128x128 tiles with 8 warps run 10-30% faster with
   // two CTAs per SM (registers capped at 128, no spills at BK=32 with 16-bit C; fp32 C spills).
+  // FP8 keeps a second accumulator (the promoted sum): one CTA per SM, no spills.
   // Fused portable kernels on sm_90 (where the heuristic takes the hopper family) keep one CTA:
   // at two, ptxas spilled a register in a few of them (e.g. fuse=weight, 128x128 dynamic).
-  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32 && c != DType::f32 &&
+  if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32 && c != DType::f32 && a != DType::e4m3 &&
       !(fusion.any() && arch.sm() >= 90))
     return 2;
   return 1;
@@ -269,14 +285,19 @@ void KernelSpec::validate() const {
     throw SpecError(fmt::format("invalid spec {}: {}", to_text(), fmt::format(fmt::runtime(format), args...)));
   };
   if (a != DType::bf16 && a != DType::f16 && a != DType::e4m3) fail("a={} (allowed: bf16|f16|e4m3)", moejit::to_text(a));
-  if (c == DType::e4m3) fail("c=e4m3 (allowed: bf16|f16|f32)");
-  if (b != a) fail("b={} must equal a={} (mixed-input kernels come with the quant formats)", moejit::to_text(b), moejit::to_text(a));
+  if (c != DType::bf16 && c != DType::f16 && c != DType::f32) fail("c={} (allowed: bf16|f16|f32)", moejit::to_text(c));
+  if (b != a && !is_weight_only_4bit())
+    fail("b={} with a={} (allowed: b equal to a, or a=bf16 with b=mxfp4|nvfp4)", moejit::to_text(b), moejit::to_text(a));
   if (acc != DType::f32) fail("acc={} (allowed: f32)", moejit::to_text(acc));
   if (stages < 2 || stages > 8) fail("stages={} (allowed: 2..8)", stages);
   if (fusion.any()) {
     // Fusions are implemented in the bf16/f16 kernels of both families (docs/design.md, "Fusions").
-    if (a == DType::e4m3) fail("fusions (fuse={}, act={}) with a=e4m3: the FP8 kernel has no fused epilogue yet", fusion_text(fusion),
-                               moejit::to_text(fusion.activation));
+    if (a == DType::e4m3)
+      fail("fusions (fuse={}, act={}) with a=e4m3: the FP8 kernels (both families) have no fused epilogue yet",
+           fusion_text(fusion), moejit::to_text(fusion.activation));
+    if (is_weight_only_4bit())
+      fail("fusions (fuse={}, act={}) with b={}: the 4-bit weight-only kernels (both families) have no fused epilogue yet",
+           fusion_text(fusion), moejit::to_text(fusion.activation), moejit::to_text(b));
     if (fusion.atomic && !fusion.scatter_c) fail("fuse=atomic needs fuse=scatter (atomics accumulate scattered rows)");
     if (fusion.atomic && c != DType::f32) fail("fuse=atomic with c={} (atomic accumulation needs c=f32)", moejit::to_text(c));
     if (fusion.gather_a && family == KernelFamily::hopper && (cluster_m != 1 || cluster_n != 1))
@@ -293,7 +314,9 @@ void KernelSpec::validate() const {
   }
 
   if (family == KernelFamily::portable) {
-    if (a == DType::e4m3) fail("a=e4m3 (the portable family has no FP8 kernel yet; use family=hopper)");
+    if (a == DType::e4m3 && (tile.n > 128 || 128 % tile.k != 0))
+      fail("tile {}x{}x{} (portable FP8: N at most 128, one B scale per tile; K dividing the 128-wide scale block)",
+           tile.m, tile.n, tile.k);
     if (arch.sm() < 80) fail("arch={} (portable family needs sm_80 or newer)", arch.to_text());
     // Each factor is bounded before the product, which could otherwise overflow int.
     if (warps_m < 1 || warps_n < 1 || warps_m > 16 || warps_n > 16 || warps_m * warps_n > 16)
@@ -311,6 +334,15 @@ void KernelSpec::validate() const {
       fail("tile {}x{}x{} (FP8 allows: 128x128x128|64x256x128; K = one 128-wide scale block)", tile.m, tile.n, tile.k);
     if (scheduler != Scheduler::static_persistent) fail("sched=dynamic (the FP8 kernel has the static scheduler only so far)");
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (FP8: 1x1)", cluster_m, cluster_n);
+  } else if (is_weight_only_4bit()) {
+    // 4-bit weight-only kernel (kernel_templates/moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh):
+    // tile M = tokens per tile (the wgmma's N), 128 weight rows, 64 K per stage.
+    if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
+    if (!(tile.m == 16 || tile.m == 32 || tile.m == 64 || tile.m == 128) || tile.n != 128 || tile.k != 64)
+      fail("tile {}x{}x{} (4-bit weights allow: 16|32|64|128 tokens x 128 weight rows x 64 K)", tile.m, tile.n, tile.k);
+    if (c == DType::f32) fail("c=f32 (the 4-bit kernel writes 16-bit C so far: bf16|f16)");
+    if (scheduler != Scheduler::static_persistent) fail("sched=dynamic (the 4-bit kernel has the static scheduler only so far)");
+    if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (4-bit: 1x1)", cluster_m, cluster_n);
   } else {
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
     if (tile.m != 64 && tile.m != 128) fail("tile M={} (allowed: 64|128)", tile.m);
@@ -324,5 +356,27 @@ void KernelSpec::validate() const {
 }
 
 Key128 KernelSpec::key() const { return xxh3_128(to_text()); }
+
+std::string operand_formats(const KernelSpec& spec) {
+  const std::string_view rows = spec.layout == GroupLayout::contiguous ? "[total_rows]" : "[E][capacity]";
+  std::string out;
+  if (spec.a == DType::e4m3) {
+    out += fmt::format("A  e4m3 {}[K]; a_scales fp32 [ceil(K/128)][rows of A] (1x128 blocks, K-block-major)\n", rows);
+    out += "B  e4m3 [E][N][K]; b_scales fp32 [E][ceil(N/128)][ceil(K/128)] (128x128 blocks)\n";
+  } else if (spec.is_weight_only_4bit()) {
+    out += fmt::format("A  {} {}[K]\n", moejit::to_text(spec.a), rows);
+    if (spec.b == DType::mxfp4)
+      out += "B  mxfp4 (E2M1 + E8M0 scale per 32 K) pre-arranged by pack_w4_sm90: [E][ceil(N/128)][ceil(K/64)] "
+             "blocks of 5120 bytes (fragment-order codes, then scales)\n";
+    else
+      out += "B  nvfp4 (E2M1 + E4M3 scale per 16 K) pre-arranged by pack_w4_sm90: [E][ceil(N/128)][ceil(K/64)] "
+             "blocks of 6144 bytes (fragment-order codes, then scales); b_tensor_scales fp32 [E]\n";
+  } else {
+    out += fmt::format("A  {} {}[K]\n", moejit::to_text(spec.a), rows);
+    out += fmt::format("B  {} [E][N][K]\n", moejit::to_text(spec.b));
+  }
+  out += fmt::format("C  {} {}[N]\n", moejit::to_text(spec.c), rows);
+  return out;
+}
 
 }  // namespace moejit

@@ -5,7 +5,9 @@
 
 namespace moejit {
 
-enum DTypeCode : int { kBF16 = 0, kF16 = 1, kF32 = 2, kE4M3 = 3 };
+// kMXFP4 / kNVFP4: 4-bit weights (E2M1 codes + E8M0 scale per 32, or + E4M3 scale per 16 and an
+// fp32 scale per expert), only as B of the weight-only kernels (hopper_w4/).
+enum DTypeCode : int { kBF16 = 0, kF16 = 1, kF32 = 2, kE4M3 = 3, kMXFP4 = 4, kNVFP4 = 5 };
 
 template <int kType> struct StorageOf;
 template <> struct StorageOf<kBF16> { using type = unsigned short; };

@@ -212,10 +212,11 @@ __device__ __forceinline__ void store_accumulators_staged(const GroupedGemmParam
       const int thread = warp_in_group * 32 + lane;
       const int unit = thread % 8;
       const int col = n0 + chunk * kChunkCols + unit * (16 / (int)sizeof(T));
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = thread / 8 + 16 * i;
-        if (r < rows && col < n) {
+      // A rows loop, not unrolled: four unrolled copies per chunk cost ~25 ms of NVVM time in
+      // every compile (docs/perf.md, JIT latency) for a path only group-end slices take.
+      if (col < n) {
+#pragma unroll 1
+        for (int r = thread / 8; r < rows; r += 16) {
           uint4 v;
           asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)

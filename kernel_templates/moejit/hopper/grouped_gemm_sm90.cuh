@@ -92,6 +92,12 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // columns one consumer warpgroup computes
   using Mma = WgmmaOp<kWgN, kTypeAB == kF16>;
   constexpr int kAccRegs = Mma::kRegs;
+  using Acc = WgmmaAccRegs<kAccRegs>;  // the consumers' accumulators, as named PTX registers
+  // Unfused kernels keep the accumulators in named PTX registers (a faster compile, perf.md).
+  // Fused ones keep C++ values: wgmma's scale-d is a run-time predicate, so ptxas must keep the
+  // named registers live through the epilogue beside their C++ copy, and the heavier fused
+  // epilogues spilled (240 bytes at 128x256 with fuse=weight,act=silu).
+  constexpr bool kNamedAcc = !Fuse::any;
   constexpr unsigned kRowBytes = kBlockK * 2;  // 128
   constexpr unsigned kABytes = kBlockM * kRowBytes;
   constexpr unsigned kAHalfBytes = 64 * kRowBytes;  // A is loaded in 64-row boxes
@@ -108,6 +114,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   const unsigned peer = rank ^ 1u;
   const int cluster_id = kPaired ? cluster_id_x() : (int)blockIdx.x;
   const int clusters = kPaired ? cluster_count_x() : (int)gridDim.x;
+
+  if constexpr (kNamedAcc) Acc::declare();  // in the kernel's entry block, so that the declaration precedes every use in the PTX
 
   // Layout: [A stages][B stages][C staging, if kStaged][full bars][empty bars][tile full bars]
   //         [tile empty bars][tile ring]
@@ -323,8 +331,12 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     // K == 0: no wgmma ever runs (num_k_blocks is the same for every tile) and C is the empty
     // sum, so the accumulators start at zero; otherwise the first wgmma of each tile overwrites them.
     float acc[kAccRegs];
+    if constexpr (kNamedAcc) {
+      Acc::zero();
+    } else {
 #pragma unroll
-    for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
+      for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
+    }
     int stage = 0;
     unsigned phase = 0;
     int ring_slot = 0;
@@ -390,23 +402,24 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         if constexpr (Fuse::gather) fence_proxy_async_shared();
         const unsigned a_tile = a_stages + stage * kABytes + a_offset;
         const unsigned b_tile = b_stages + stage * kBBytes + b_offset;
-        wgmma_fence_operands(acc);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < kBlockK / 16; ++k) {
-          Mma::mma(acc, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), Fuse::bias || (kb | k) != 0);
+          if constexpr (kNamedAcc)
+            Mma::mma_named(wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), (kb | k) != 0);
+          else
+            Mma::mma(acc, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), Fuse::bias || (kb | k) != 0);
         }
         wgmma_commit();
-        wgmma_fence_operands(acc);
         // Keep this k-block's wgmma in flight; once the previous one is done its stage goes back.
         wgmma_wait<1>();
-        wgmma_fence_operands(acc);
         if (kb > 0 && lane == 0) release_stage(empty_bars + 8 * prev_stage);
         prev_stage = stage;
         if (++stage == kStages) stage = 0, phase ^= 1;
       }
       wgmma_wait<0>();
-      wgmma_fence_operands(acc);
+      // All asm volatile, so the copy stays after the wait; from here on acc is plain C++ values.
+      if constexpr (kNamedAcc) Acc::read(acc);
       if (num_k_blocks > 0 && lane == 0) release_stage(empty_bars + 8 * prev_stage);
 
       const int n0 = n_block * kBlockN + tile_col0;

@@ -3,12 +3,24 @@
 // (descriptors from wgmma.cuh). One specialization per N the kernels use.
 // scale_d == 0 makes the instruction overwrite the accumulators (D = A*B): the first
 // k-step of a tile needs no zeroing pass.
+// mma() takes the accumulators as C++ operands; mma_named() uses the PTX registers
+// %acc0.. that WgmmaAccRegs declares (why: WgmmaAccRegs below).
 #pragma once
 
 namespace moejit::hopper {
 
 template <int kN, bool kHalf>
 struct WgmmaOp;
+
+// The accumulators as named PTX registers %acc0..%acc<kRegs - 1> instead of C++ variables:
+// NVVM never sees them, so the k-loop carries no 64-128 values through inline-asm operands.
+// Measured (docs/perf.md, JIT latency): NVVM's time grows steeply with the number of float
+// values a loop carries through asm operands (~100 ms of a 128x256 compile for 128 of them);
+// the wgmma instructions ptxas gets are the same. declare() must run exactly once per kernel,
+// in its entry block (PTX wants the declaration before the uses in the text); read() copies
+// them into C++ values once the last wgmma_wait has returned.
+template <int kRegs>
+struct WgmmaAccRegs;
 
 template <>
 struct WgmmaOp<32, false> {
@@ -22,6 +34,14 @@ struct WgmmaOp<32, false> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
   }
 };
 
@@ -37,6 +57,35 @@ struct WgmmaOp<32, true> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaAccRegs<16> {
+  __device__ __forceinline__ static void declare() { asm volatile(".reg .f32 %%acc<%0>;" ::"n"(16)); }
+  __device__ __forceinline__ static void zero() {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %0;\nmov.b32 %%acc2, %0;\nmov.b32 %%acc3, %0;\n"
+        "mov.b32 %%acc4, %0;\nmov.b32 %%acc5, %0;\nmov.b32 %%acc6, %0;\nmov.b32 %%acc7, %0;\n"
+        "mov.b32 %%acc8, %0;\nmov.b32 %%acc9, %0;\nmov.b32 %%acc10, %0;\nmov.b32 %%acc11, %0;\n"
+        "mov.b32 %%acc12, %0;\nmov.b32 %%acc13, %0;\nmov.b32 %%acc14, %0;\nmov.b32 %%acc15, %0;\n" ::"n"(0));
+  }
+  __device__ __forceinline__ static void read(float (&d)[16]) {
+    asm volatile(
+        "mov.b32 %0, %%acc0;\nmov.b32 %1, %%acc1;\nmov.b32 %2, %%acc2;\nmov.b32 %3, %%acc3;\n"
+        "mov.b32 %4, %%acc4;\nmov.b32 %5, %%acc5;\nmov.b32 %6, %%acc6;\nmov.b32 %7, %%acc7;\n"
+        "mov.b32 %8, %%acc8;\nmov.b32 %9, %%acc9;\nmov.b32 %10, %%acc10;\nmov.b32 %11, %%acc11;\n"
+        "mov.b32 %12, %%acc12;\nmov.b32 %13, %%acc13;\nmov.b32 %14, %%acc14;\nmov.b32 %15, %%acc15;\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]));
   }
 };
 
@@ -55,6 +104,16 @@ struct WgmmaOp<64, false> {
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15, "
+        "%%acc16, %%acc17, %%acc18, %%acc19, %%acc20, %%acc21, %%acc22, %%acc23, "
+        "%%acc24, %%acc25, %%acc26, %%acc27, %%acc28, %%acc29, %%acc30, %%acc31"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
 };
 
 template <>
@@ -71,6 +130,47 @@ struct WgmmaOp<64, true> {
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15, "
+        "%%acc16, %%acc17, %%acc18, %%acc19, %%acc20, %%acc21, %%acc22, %%acc23, "
+        "%%acc24, %%acc25, %%acc26, %%acc27, %%acc28, %%acc29, %%acc30, %%acc31"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaAccRegs<32> {
+  __device__ __forceinline__ static void declare() { asm volatile(".reg .f32 %%acc<%0>;" ::"n"(32)); }
+  __device__ __forceinline__ static void zero() {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %0;\nmov.b32 %%acc2, %0;\nmov.b32 %%acc3, %0;\n"
+        "mov.b32 %%acc4, %0;\nmov.b32 %%acc5, %0;\nmov.b32 %%acc6, %0;\nmov.b32 %%acc7, %0;\n"
+        "mov.b32 %%acc8, %0;\nmov.b32 %%acc9, %0;\nmov.b32 %%acc10, %0;\nmov.b32 %%acc11, %0;\n"
+        "mov.b32 %%acc12, %0;\nmov.b32 %%acc13, %0;\nmov.b32 %%acc14, %0;\nmov.b32 %%acc15, %0;\n"
+        "mov.b32 %%acc16, %0;\nmov.b32 %%acc17, %0;\nmov.b32 %%acc18, %0;\nmov.b32 %%acc19, %0;\n"
+        "mov.b32 %%acc20, %0;\nmov.b32 %%acc21, %0;\nmov.b32 %%acc22, %0;\nmov.b32 %%acc23, %0;\n"
+        "mov.b32 %%acc24, %0;\nmov.b32 %%acc25, %0;\nmov.b32 %%acc26, %0;\nmov.b32 %%acc27, %0;\n"
+        "mov.b32 %%acc28, %0;\nmov.b32 %%acc29, %0;\nmov.b32 %%acc30, %0;\nmov.b32 %%acc31, %0;\n" ::"n"(0));
+  }
+  __device__ __forceinline__ static void read(float (&d)[32]) {
+    asm volatile(
+        "mov.b32 %0, %%acc0;\nmov.b32 %1, %%acc1;\nmov.b32 %2, %%acc2;\nmov.b32 %3, %%acc3;\n"
+        "mov.b32 %4, %%acc4;\nmov.b32 %5, %%acc5;\nmov.b32 %6, %%acc6;\nmov.b32 %7, %%acc7;\n"
+        "mov.b32 %8, %%acc8;\nmov.b32 %9, %%acc9;\nmov.b32 %10, %%acc10;\nmov.b32 %11, %%acc11;\n"
+        "mov.b32 %12, %%acc12;\nmov.b32 %13, %%acc13;\nmov.b32 %14, %%acc14;\nmov.b32 %15, %%acc15;\n"
+        "mov.b32 %16, %%acc16;\nmov.b32 %17, %%acc17;\nmov.b32 %18, %%acc18;\nmov.b32 %19, %%acc19;\n"
+        "mov.b32 %20, %%acc20;\nmov.b32 %21, %%acc21;\nmov.b32 %22, %%acc22;\nmov.b32 %23, %%acc23;\n"
+        "mov.b32 %24, %%acc24;\nmov.b32 %25, %%acc25;\nmov.b32 %26, %%acc26;\nmov.b32 %27, %%acc27;\n"
+        "mov.b32 %28, %%acc28;\nmov.b32 %29, %%acc29;\nmov.b32 %30, %%acc30;\nmov.b32 %31, %%acc31;\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+          "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+          "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]));
   }
 };
 
@@ -91,6 +191,18 @@ struct WgmmaOp<96, false> {
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15, "
+        "%%acc16, %%acc17, %%acc18, %%acc19, %%acc20, %%acc21, %%acc22, %%acc23, "
+        "%%acc24, %%acc25, %%acc26, %%acc27, %%acc28, %%acc29, %%acc30, %%acc31, "
+        "%%acc32, %%acc33, %%acc34, %%acc35, %%acc36, %%acc37, %%acc38, %%acc39, "
+        "%%acc40, %%acc41, %%acc42, %%acc43, %%acc44, %%acc45, %%acc46, %%acc47"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
 };
 
 template <>
@@ -109,6 +221,59 @@ struct WgmmaOp<96, true> {
           "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15, "
+        "%%acc16, %%acc17, %%acc18, %%acc19, %%acc20, %%acc21, %%acc22, %%acc23, "
+        "%%acc24, %%acc25, %%acc26, %%acc27, %%acc28, %%acc29, %%acc30, %%acc31, "
+        "%%acc32, %%acc33, %%acc34, %%acc35, %%acc36, %%acc37, %%acc38, %%acc39, "
+        "%%acc40, %%acc41, %%acc42, %%acc43, %%acc44, %%acc45, %%acc46, %%acc47"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaAccRegs<48> {
+  __device__ __forceinline__ static void declare() { asm volatile(".reg .f32 %%acc<%0>;" ::"n"(48)); }
+  __device__ __forceinline__ static void zero() {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %0;\nmov.b32 %%acc2, %0;\nmov.b32 %%acc3, %0;\n"
+        "mov.b32 %%acc4, %0;\nmov.b32 %%acc5, %0;\nmov.b32 %%acc6, %0;\nmov.b32 %%acc7, %0;\n"
+        "mov.b32 %%acc8, %0;\nmov.b32 %%acc9, %0;\nmov.b32 %%acc10, %0;\nmov.b32 %%acc11, %0;\n"
+        "mov.b32 %%acc12, %0;\nmov.b32 %%acc13, %0;\nmov.b32 %%acc14, %0;\nmov.b32 %%acc15, %0;\n"
+        "mov.b32 %%acc16, %0;\nmov.b32 %%acc17, %0;\nmov.b32 %%acc18, %0;\nmov.b32 %%acc19, %0;\n"
+        "mov.b32 %%acc20, %0;\nmov.b32 %%acc21, %0;\nmov.b32 %%acc22, %0;\nmov.b32 %%acc23, %0;\n"
+        "mov.b32 %%acc24, %0;\nmov.b32 %%acc25, %0;\nmov.b32 %%acc26, %0;\nmov.b32 %%acc27, %0;\n"
+        "mov.b32 %%acc28, %0;\nmov.b32 %%acc29, %0;\nmov.b32 %%acc30, %0;\nmov.b32 %%acc31, %0;\n"
+        "mov.b32 %%acc32, %0;\nmov.b32 %%acc33, %0;\nmov.b32 %%acc34, %0;\nmov.b32 %%acc35, %0;\n"
+        "mov.b32 %%acc36, %0;\nmov.b32 %%acc37, %0;\nmov.b32 %%acc38, %0;\nmov.b32 %%acc39, %0;\n"
+        "mov.b32 %%acc40, %0;\nmov.b32 %%acc41, %0;\nmov.b32 %%acc42, %0;\nmov.b32 %%acc43, %0;\n"
+        "mov.b32 %%acc44, %0;\nmov.b32 %%acc45, %0;\nmov.b32 %%acc46, %0;\nmov.b32 %%acc47, %0;\n" ::"n"(0));
+  }
+  __device__ __forceinline__ static void read(float (&d)[48]) {
+    asm volatile(
+        "mov.b32 %0, %%acc0;\nmov.b32 %1, %%acc1;\nmov.b32 %2, %%acc2;\nmov.b32 %3, %%acc3;\n"
+        "mov.b32 %4, %%acc4;\nmov.b32 %5, %%acc5;\nmov.b32 %6, %%acc6;\nmov.b32 %7, %%acc7;\n"
+        "mov.b32 %8, %%acc8;\nmov.b32 %9, %%acc9;\nmov.b32 %10, %%acc10;\nmov.b32 %11, %%acc11;\n"
+        "mov.b32 %12, %%acc12;\nmov.b32 %13, %%acc13;\nmov.b32 %14, %%acc14;\nmov.b32 %15, %%acc15;\n"
+        "mov.b32 %16, %%acc16;\nmov.b32 %17, %%acc17;\nmov.b32 %18, %%acc18;\nmov.b32 %19, %%acc19;\n"
+        "mov.b32 %20, %%acc20;\nmov.b32 %21, %%acc21;\nmov.b32 %22, %%acc22;\nmov.b32 %23, %%acc23;\n"
+        "mov.b32 %24, %%acc24;\nmov.b32 %25, %%acc25;\nmov.b32 %26, %%acc26;\nmov.b32 %27, %%acc27;\n"
+        "mov.b32 %28, %%acc28;\nmov.b32 %29, %%acc29;\nmov.b32 %30, %%acc30;\nmov.b32 %31, %%acc31;\n"
+        "mov.b32 %32, %%acc32;\nmov.b32 %33, %%acc33;\nmov.b32 %34, %%acc34;\nmov.b32 %35, %%acc35;\n"
+        "mov.b32 %36, %%acc36;\nmov.b32 %37, %%acc37;\nmov.b32 %38, %%acc38;\nmov.b32 %39, %%acc39;\n"
+        "mov.b32 %40, %%acc40;\nmov.b32 %41, %%acc41;\nmov.b32 %42, %%acc42;\nmov.b32 %43, %%acc43;\n"
+        "mov.b32 %44, %%acc44;\nmov.b32 %45, %%acc45;\nmov.b32 %46, %%acc46;\nmov.b32 %47, %%acc47;\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+          "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+          "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
+          "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
+          "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]));
   }
 };
 
@@ -131,6 +296,20 @@ struct WgmmaOp<128, false> {
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15, "
+        "%%acc16, %%acc17, %%acc18, %%acc19, %%acc20, %%acc21, %%acc22, %%acc23, "
+        "%%acc24, %%acc25, %%acc26, %%acc27, %%acc28, %%acc29, %%acc30, %%acc31, "
+        "%%acc32, %%acc33, %%acc34, %%acc35, %%acc36, %%acc37, %%acc38, %%acc39, "
+        "%%acc40, %%acc41, %%acc42, %%acc43, %%acc44, %%acc45, %%acc46, %%acc47, "
+        "%%acc48, %%acc49, %%acc50, %%acc51, %%acc52, %%acc53, %%acc54, %%acc55, "
+        "%%acc56, %%acc57, %%acc58, %%acc59, %%acc60, %%acc61, %%acc62, %%acc63"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
 };
 
 template <>
@@ -151,6 +330,71 @@ struct WgmmaOp<128, true> {
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15, "
+        "%%acc16, %%acc17, %%acc18, %%acc19, %%acc20, %%acc21, %%acc22, %%acc23, "
+        "%%acc24, %%acc25, %%acc26, %%acc27, %%acc28, %%acc29, %%acc30, %%acc31, "
+        "%%acc32, %%acc33, %%acc34, %%acc35, %%acc36, %%acc37, %%acc38, %%acc39, "
+        "%%acc40, %%acc41, %%acc42, %%acc43, %%acc44, %%acc45, %%acc46, %%acc47, "
+        "%%acc48, %%acc49, %%acc50, %%acc51, %%acc52, %%acc53, %%acc54, %%acc55, "
+        "%%acc56, %%acc57, %%acc58, %%acc59, %%acc60, %%acc61, %%acc62, %%acc63"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaAccRegs<64> {
+  __device__ __forceinline__ static void declare() { asm volatile(".reg .f32 %%acc<%0>;" ::"n"(64)); }
+  __device__ __forceinline__ static void zero() {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %0;\nmov.b32 %%acc2, %0;\nmov.b32 %%acc3, %0;\n"
+        "mov.b32 %%acc4, %0;\nmov.b32 %%acc5, %0;\nmov.b32 %%acc6, %0;\nmov.b32 %%acc7, %0;\n"
+        "mov.b32 %%acc8, %0;\nmov.b32 %%acc9, %0;\nmov.b32 %%acc10, %0;\nmov.b32 %%acc11, %0;\n"
+        "mov.b32 %%acc12, %0;\nmov.b32 %%acc13, %0;\nmov.b32 %%acc14, %0;\nmov.b32 %%acc15, %0;\n"
+        "mov.b32 %%acc16, %0;\nmov.b32 %%acc17, %0;\nmov.b32 %%acc18, %0;\nmov.b32 %%acc19, %0;\n"
+        "mov.b32 %%acc20, %0;\nmov.b32 %%acc21, %0;\nmov.b32 %%acc22, %0;\nmov.b32 %%acc23, %0;\n"
+        "mov.b32 %%acc24, %0;\nmov.b32 %%acc25, %0;\nmov.b32 %%acc26, %0;\nmov.b32 %%acc27, %0;\n"
+        "mov.b32 %%acc28, %0;\nmov.b32 %%acc29, %0;\nmov.b32 %%acc30, %0;\nmov.b32 %%acc31, %0;\n"
+        "mov.b32 %%acc32, %0;\nmov.b32 %%acc33, %0;\nmov.b32 %%acc34, %0;\nmov.b32 %%acc35, %0;\n"
+        "mov.b32 %%acc36, %0;\nmov.b32 %%acc37, %0;\nmov.b32 %%acc38, %0;\nmov.b32 %%acc39, %0;\n"
+        "mov.b32 %%acc40, %0;\nmov.b32 %%acc41, %0;\nmov.b32 %%acc42, %0;\nmov.b32 %%acc43, %0;\n"
+        "mov.b32 %%acc44, %0;\nmov.b32 %%acc45, %0;\nmov.b32 %%acc46, %0;\nmov.b32 %%acc47, %0;\n"
+        "mov.b32 %%acc48, %0;\nmov.b32 %%acc49, %0;\nmov.b32 %%acc50, %0;\nmov.b32 %%acc51, %0;\n"
+        "mov.b32 %%acc52, %0;\nmov.b32 %%acc53, %0;\nmov.b32 %%acc54, %0;\nmov.b32 %%acc55, %0;\n"
+        "mov.b32 %%acc56, %0;\nmov.b32 %%acc57, %0;\nmov.b32 %%acc58, %0;\nmov.b32 %%acc59, %0;\n"
+        "mov.b32 %%acc60, %0;\nmov.b32 %%acc61, %0;\nmov.b32 %%acc62, %0;\nmov.b32 %%acc63, %0;\n" ::"n"(0));
+  }
+  __device__ __forceinline__ static void read(float (&d)[64]) {
+    asm volatile(
+        "mov.b32 %0, %%acc0;\nmov.b32 %1, %%acc1;\nmov.b32 %2, %%acc2;\nmov.b32 %3, %%acc3;\n"
+        "mov.b32 %4, %%acc4;\nmov.b32 %5, %%acc5;\nmov.b32 %6, %%acc6;\nmov.b32 %7, %%acc7;\n"
+        "mov.b32 %8, %%acc8;\nmov.b32 %9, %%acc9;\nmov.b32 %10, %%acc10;\nmov.b32 %11, %%acc11;\n"
+        "mov.b32 %12, %%acc12;\nmov.b32 %13, %%acc13;\nmov.b32 %14, %%acc14;\nmov.b32 %15, %%acc15;\n"
+        "mov.b32 %16, %%acc16;\nmov.b32 %17, %%acc17;\nmov.b32 %18, %%acc18;\nmov.b32 %19, %%acc19;\n"
+        "mov.b32 %20, %%acc20;\nmov.b32 %21, %%acc21;\nmov.b32 %22, %%acc22;\nmov.b32 %23, %%acc23;\n"
+        "mov.b32 %24, %%acc24;\nmov.b32 %25, %%acc25;\nmov.b32 %26, %%acc26;\nmov.b32 %27, %%acc27;\n"
+        "mov.b32 %28, %%acc28;\nmov.b32 %29, %%acc29;\nmov.b32 %30, %%acc30;\nmov.b32 %31, %%acc31;\n"
+        "mov.b32 %32, %%acc32;\nmov.b32 %33, %%acc33;\nmov.b32 %34, %%acc34;\nmov.b32 %35, %%acc35;\n"
+        "mov.b32 %36, %%acc36;\nmov.b32 %37, %%acc37;\nmov.b32 %38, %%acc38;\nmov.b32 %39, %%acc39;\n"
+        "mov.b32 %40, %%acc40;\nmov.b32 %41, %%acc41;\nmov.b32 %42, %%acc42;\nmov.b32 %43, %%acc43;\n"
+        "mov.b32 %44, %%acc44;\nmov.b32 %45, %%acc45;\nmov.b32 %46, %%acc46;\nmov.b32 %47, %%acc47;\n"
+        "mov.b32 %48, %%acc48;\nmov.b32 %49, %%acc49;\nmov.b32 %50, %%acc50;\nmov.b32 %51, %%acc51;\n"
+        "mov.b32 %52, %%acc52;\nmov.b32 %53, %%acc53;\nmov.b32 %54, %%acc54;\nmov.b32 %55, %%acc55;\n"
+        "mov.b32 %56, %%acc56;\nmov.b32 %57, %%acc57;\nmov.b32 %58, %%acc58;\nmov.b32 %59, %%acc59;\n"
+        "mov.b32 %60, %%acc60;\nmov.b32 %61, %%acc61;\nmov.b32 %62, %%acc62;\nmov.b32 %63, %%acc63;\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+          "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+          "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
+          "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
+          "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
+          "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
+          "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63]));
   }
 };
 
@@ -177,6 +421,24 @@ struct WgmmaOp<192, false> {
           "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15, "
+        "%%acc16, %%acc17, %%acc18, %%acc19, %%acc20, %%acc21, %%acc22, %%acc23, "
+        "%%acc24, %%acc25, %%acc26, %%acc27, %%acc28, %%acc29, %%acc30, %%acc31, "
+        "%%acc32, %%acc33, %%acc34, %%acc35, %%acc36, %%acc37, %%acc38, %%acc39, "
+        "%%acc40, %%acc41, %%acc42, %%acc43, %%acc44, %%acc45, %%acc46, %%acc47, "
+        "%%acc48, %%acc49, %%acc50, %%acc51, %%acc52, %%acc53, %%acc54, %%acc55, "
+        "%%acc56, %%acc57, %%acc58, %%acc59, %%acc60, %%acc61, %%acc62, %%acc63, "
+        "%%acc64, %%acc65, %%acc66, %%acc67, %%acc68, %%acc69, %%acc70, %%acc71, "
+        "%%acc72, %%acc73, %%acc74, %%acc75, %%acc76, %%acc77, %%acc78, %%acc79, "
+        "%%acc80, %%acc81, %%acc82, %%acc83, %%acc84, %%acc85, %%acc86, %%acc87, "
+        "%%acc88, %%acc89, %%acc90, %%acc91, %%acc92, %%acc93, %%acc94, %%acc95"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
 };
 
 template <>
@@ -201,6 +463,95 @@ struct WgmmaOp<192, true> {
           "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
           "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15, "
+        "%%acc16, %%acc17, %%acc18, %%acc19, %%acc20, %%acc21, %%acc22, %%acc23, "
+        "%%acc24, %%acc25, %%acc26, %%acc27, %%acc28, %%acc29, %%acc30, %%acc31, "
+        "%%acc32, %%acc33, %%acc34, %%acc35, %%acc36, %%acc37, %%acc38, %%acc39, "
+        "%%acc40, %%acc41, %%acc42, %%acc43, %%acc44, %%acc45, %%acc46, %%acc47, "
+        "%%acc48, %%acc49, %%acc50, %%acc51, %%acc52, %%acc53, %%acc54, %%acc55, "
+        "%%acc56, %%acc57, %%acc58, %%acc59, %%acc60, %%acc61, %%acc62, %%acc63, "
+        "%%acc64, %%acc65, %%acc66, %%acc67, %%acc68, %%acc69, %%acc70, %%acc71, "
+        "%%acc72, %%acc73, %%acc74, %%acc75, %%acc76, %%acc77, %%acc78, %%acc79, "
+        "%%acc80, %%acc81, %%acc82, %%acc83, %%acc84, %%acc85, %%acc86, %%acc87, "
+        "%%acc88, %%acc89, %%acc90, %%acc91, %%acc92, %%acc93, %%acc94, %%acc95"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaAccRegs<96> {
+  __device__ __forceinline__ static void declare() { asm volatile(".reg .f32 %%acc<%0>;" ::"n"(96)); }
+  __device__ __forceinline__ static void zero() {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %0;\nmov.b32 %%acc2, %0;\nmov.b32 %%acc3, %0;\n"
+        "mov.b32 %%acc4, %0;\nmov.b32 %%acc5, %0;\nmov.b32 %%acc6, %0;\nmov.b32 %%acc7, %0;\n"
+        "mov.b32 %%acc8, %0;\nmov.b32 %%acc9, %0;\nmov.b32 %%acc10, %0;\nmov.b32 %%acc11, %0;\n"
+        "mov.b32 %%acc12, %0;\nmov.b32 %%acc13, %0;\nmov.b32 %%acc14, %0;\nmov.b32 %%acc15, %0;\n"
+        "mov.b32 %%acc16, %0;\nmov.b32 %%acc17, %0;\nmov.b32 %%acc18, %0;\nmov.b32 %%acc19, %0;\n"
+        "mov.b32 %%acc20, %0;\nmov.b32 %%acc21, %0;\nmov.b32 %%acc22, %0;\nmov.b32 %%acc23, %0;\n"
+        "mov.b32 %%acc24, %0;\nmov.b32 %%acc25, %0;\nmov.b32 %%acc26, %0;\nmov.b32 %%acc27, %0;\n"
+        "mov.b32 %%acc28, %0;\nmov.b32 %%acc29, %0;\nmov.b32 %%acc30, %0;\nmov.b32 %%acc31, %0;\n"
+        "mov.b32 %%acc32, %0;\nmov.b32 %%acc33, %0;\nmov.b32 %%acc34, %0;\nmov.b32 %%acc35, %0;\n"
+        "mov.b32 %%acc36, %0;\nmov.b32 %%acc37, %0;\nmov.b32 %%acc38, %0;\nmov.b32 %%acc39, %0;\n"
+        "mov.b32 %%acc40, %0;\nmov.b32 %%acc41, %0;\nmov.b32 %%acc42, %0;\nmov.b32 %%acc43, %0;\n"
+        "mov.b32 %%acc44, %0;\nmov.b32 %%acc45, %0;\nmov.b32 %%acc46, %0;\nmov.b32 %%acc47, %0;\n"
+        "mov.b32 %%acc48, %0;\nmov.b32 %%acc49, %0;\nmov.b32 %%acc50, %0;\nmov.b32 %%acc51, %0;\n"
+        "mov.b32 %%acc52, %0;\nmov.b32 %%acc53, %0;\nmov.b32 %%acc54, %0;\nmov.b32 %%acc55, %0;\n"
+        "mov.b32 %%acc56, %0;\nmov.b32 %%acc57, %0;\nmov.b32 %%acc58, %0;\nmov.b32 %%acc59, %0;\n"
+        "mov.b32 %%acc60, %0;\nmov.b32 %%acc61, %0;\nmov.b32 %%acc62, %0;\nmov.b32 %%acc63, %0;\n"
+        "mov.b32 %%acc64, %0;\nmov.b32 %%acc65, %0;\nmov.b32 %%acc66, %0;\nmov.b32 %%acc67, %0;\n"
+        "mov.b32 %%acc68, %0;\nmov.b32 %%acc69, %0;\nmov.b32 %%acc70, %0;\nmov.b32 %%acc71, %0;\n"
+        "mov.b32 %%acc72, %0;\nmov.b32 %%acc73, %0;\nmov.b32 %%acc74, %0;\nmov.b32 %%acc75, %0;\n"
+        "mov.b32 %%acc76, %0;\nmov.b32 %%acc77, %0;\nmov.b32 %%acc78, %0;\nmov.b32 %%acc79, %0;\n"
+        "mov.b32 %%acc80, %0;\nmov.b32 %%acc81, %0;\nmov.b32 %%acc82, %0;\nmov.b32 %%acc83, %0;\n"
+        "mov.b32 %%acc84, %0;\nmov.b32 %%acc85, %0;\nmov.b32 %%acc86, %0;\nmov.b32 %%acc87, %0;\n"
+        "mov.b32 %%acc88, %0;\nmov.b32 %%acc89, %0;\nmov.b32 %%acc90, %0;\nmov.b32 %%acc91, %0;\n"
+        "mov.b32 %%acc92, %0;\nmov.b32 %%acc93, %0;\nmov.b32 %%acc94, %0;\nmov.b32 %%acc95, %0;\n" ::"n"(0));
+  }
+  __device__ __forceinline__ static void read(float (&d)[96]) {
+    asm volatile(
+        "mov.b32 %0, %%acc0;\nmov.b32 %1, %%acc1;\nmov.b32 %2, %%acc2;\nmov.b32 %3, %%acc3;\n"
+        "mov.b32 %4, %%acc4;\nmov.b32 %5, %%acc5;\nmov.b32 %6, %%acc6;\nmov.b32 %7, %%acc7;\n"
+        "mov.b32 %8, %%acc8;\nmov.b32 %9, %%acc9;\nmov.b32 %10, %%acc10;\nmov.b32 %11, %%acc11;\n"
+        "mov.b32 %12, %%acc12;\nmov.b32 %13, %%acc13;\nmov.b32 %14, %%acc14;\nmov.b32 %15, %%acc15;\n"
+        "mov.b32 %16, %%acc16;\nmov.b32 %17, %%acc17;\nmov.b32 %18, %%acc18;\nmov.b32 %19, %%acc19;\n"
+        "mov.b32 %20, %%acc20;\nmov.b32 %21, %%acc21;\nmov.b32 %22, %%acc22;\nmov.b32 %23, %%acc23;\n"
+        "mov.b32 %24, %%acc24;\nmov.b32 %25, %%acc25;\nmov.b32 %26, %%acc26;\nmov.b32 %27, %%acc27;\n"
+        "mov.b32 %28, %%acc28;\nmov.b32 %29, %%acc29;\nmov.b32 %30, %%acc30;\nmov.b32 %31, %%acc31;\n"
+        "mov.b32 %32, %%acc32;\nmov.b32 %33, %%acc33;\nmov.b32 %34, %%acc34;\nmov.b32 %35, %%acc35;\n"
+        "mov.b32 %36, %%acc36;\nmov.b32 %37, %%acc37;\nmov.b32 %38, %%acc38;\nmov.b32 %39, %%acc39;\n"
+        "mov.b32 %40, %%acc40;\nmov.b32 %41, %%acc41;\nmov.b32 %42, %%acc42;\nmov.b32 %43, %%acc43;\n"
+        "mov.b32 %44, %%acc44;\nmov.b32 %45, %%acc45;\nmov.b32 %46, %%acc46;\nmov.b32 %47, %%acc47;\n"
+        "mov.b32 %48, %%acc48;\nmov.b32 %49, %%acc49;\nmov.b32 %50, %%acc50;\nmov.b32 %51, %%acc51;\n"
+        "mov.b32 %52, %%acc52;\nmov.b32 %53, %%acc53;\nmov.b32 %54, %%acc54;\nmov.b32 %55, %%acc55;\n"
+        "mov.b32 %56, %%acc56;\nmov.b32 %57, %%acc57;\nmov.b32 %58, %%acc58;\nmov.b32 %59, %%acc59;\n"
+        "mov.b32 %60, %%acc60;\nmov.b32 %61, %%acc61;\nmov.b32 %62, %%acc62;\nmov.b32 %63, %%acc63;\n"
+        "mov.b32 %64, %%acc64;\nmov.b32 %65, %%acc65;\nmov.b32 %66, %%acc66;\nmov.b32 %67, %%acc67;\n"
+        "mov.b32 %68, %%acc68;\nmov.b32 %69, %%acc69;\nmov.b32 %70, %%acc70;\nmov.b32 %71, %%acc71;\n"
+        "mov.b32 %72, %%acc72;\nmov.b32 %73, %%acc73;\nmov.b32 %74, %%acc74;\nmov.b32 %75, %%acc75;\n"
+        "mov.b32 %76, %%acc76;\nmov.b32 %77, %%acc77;\nmov.b32 %78, %%acc78;\nmov.b32 %79, %%acc79;\n"
+        "mov.b32 %80, %%acc80;\nmov.b32 %81, %%acc81;\nmov.b32 %82, %%acc82;\nmov.b32 %83, %%acc83;\n"
+        "mov.b32 %84, %%acc84;\nmov.b32 %85, %%acc85;\nmov.b32 %86, %%acc86;\nmov.b32 %87, %%acc87;\n"
+        "mov.b32 %88, %%acc88;\nmov.b32 %89, %%acc89;\nmov.b32 %90, %%acc90;\nmov.b32 %91, %%acc91;\n"
+        "mov.b32 %92, %%acc92;\nmov.b32 %93, %%acc93;\nmov.b32 %94, %%acc94;\nmov.b32 %95, %%acc95;\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+          "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+          "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
+          "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
+          "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
+          "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
+          "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63]),
+          "=f"(d[64]), "=f"(d[65]), "=f"(d[66]), "=f"(d[67]), "=f"(d[68]), "=f"(d[69]), "=f"(d[70]), "=f"(d[71]),
+          "=f"(d[72]), "=f"(d[73]), "=f"(d[74]), "=f"(d[75]), "=f"(d[76]), "=f"(d[77]), "=f"(d[78]), "=f"(d[79]),
+          "=f"(d[80]), "=f"(d[81]), "=f"(d[82]), "=f"(d[83]), "=f"(d[84]), "=f"(d[85]), "=f"(d[86]), "=f"(d[87]),
+          "=f"(d[88]), "=f"(d[89]), "=f"(d[90]), "=f"(d[91]), "=f"(d[92]), "=f"(d[93]), "=f"(d[94]), "=f"(d[95]));
   }
 };
 
@@ -231,6 +582,28 @@ struct WgmmaOp<256, false> {
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15, "
+        "%%acc16, %%acc17, %%acc18, %%acc19, %%acc20, %%acc21, %%acc22, %%acc23, "
+        "%%acc24, %%acc25, %%acc26, %%acc27, %%acc28, %%acc29, %%acc30, %%acc31, "
+        "%%acc32, %%acc33, %%acc34, %%acc35, %%acc36, %%acc37, %%acc38, %%acc39, "
+        "%%acc40, %%acc41, %%acc42, %%acc43, %%acc44, %%acc45, %%acc46, %%acc47, "
+        "%%acc48, %%acc49, %%acc50, %%acc51, %%acc52, %%acc53, %%acc54, %%acc55, "
+        "%%acc56, %%acc57, %%acc58, %%acc59, %%acc60, %%acc61, %%acc62, %%acc63, "
+        "%%acc64, %%acc65, %%acc66, %%acc67, %%acc68, %%acc69, %%acc70, %%acc71, "
+        "%%acc72, %%acc73, %%acc74, %%acc75, %%acc76, %%acc77, %%acc78, %%acc79, "
+        "%%acc80, %%acc81, %%acc82, %%acc83, %%acc84, %%acc85, %%acc86, %%acc87, "
+        "%%acc88, %%acc89, %%acc90, %%acc91, %%acc92, %%acc93, %%acc94, %%acc95, "
+        "%%acc96, %%acc97, %%acc98, %%acc99, %%acc100, %%acc101, %%acc102, %%acc103, "
+        "%%acc104, %%acc105, %%acc106, %%acc107, %%acc108, %%acc109, %%acc110, %%acc111, "
+        "%%acc112, %%acc113, %%acc114, %%acc115, %%acc116, %%acc117, %%acc118, %%acc119, "
+        "%%acc120, %%acc121, %%acc122, %%acc123, %%acc124, %%acc125, %%acc126, %%acc127"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
 };
 
 template <>
@@ -259,6 +632,119 @@ struct WgmmaOp<256, true> {
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  __device__ __forceinline__ static void mma_named(unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+        "%%acc0, %%acc1, %%acc2, %%acc3, %%acc4, %%acc5, %%acc6, %%acc7, "
+        "%%acc8, %%acc9, %%acc10, %%acc11, %%acc12, %%acc13, %%acc14, %%acc15, "
+        "%%acc16, %%acc17, %%acc18, %%acc19, %%acc20, %%acc21, %%acc22, %%acc23, "
+        "%%acc24, %%acc25, %%acc26, %%acc27, %%acc28, %%acc29, %%acc30, %%acc31, "
+        "%%acc32, %%acc33, %%acc34, %%acc35, %%acc36, %%acc37, %%acc38, %%acc39, "
+        "%%acc40, %%acc41, %%acc42, %%acc43, %%acc44, %%acc45, %%acc46, %%acc47, "
+        "%%acc48, %%acc49, %%acc50, %%acc51, %%acc52, %%acc53, %%acc54, %%acc55, "
+        "%%acc56, %%acc57, %%acc58, %%acc59, %%acc60, %%acc61, %%acc62, %%acc63, "
+        "%%acc64, %%acc65, %%acc66, %%acc67, %%acc68, %%acc69, %%acc70, %%acc71, "
+        "%%acc72, %%acc73, %%acc74, %%acc75, %%acc76, %%acc77, %%acc78, %%acc79, "
+        "%%acc80, %%acc81, %%acc82, %%acc83, %%acc84, %%acc85, %%acc86, %%acc87, "
+        "%%acc88, %%acc89, %%acc90, %%acc91, %%acc92, %%acc93, %%acc94, %%acc95, "
+        "%%acc96, %%acc97, %%acc98, %%acc99, %%acc100, %%acc101, %%acc102, %%acc103, "
+        "%%acc104, %%acc105, %%acc106, %%acc107, %%acc108, %%acc109, %%acc110, %%acc111, "
+        "%%acc112, %%acc113, %%acc114, %%acc115, %%acc116, %%acc117, %%acc118, %%acc119, "
+        "%%acc120, %%acc121, %%acc122, %%acc123, %%acc124, %%acc125, %%acc126, %%acc127"
+        "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct WgmmaAccRegs<128> {
+  __device__ __forceinline__ static void declare() { asm volatile(".reg .f32 %%acc<%0>;" ::"n"(128)); }
+  __device__ __forceinline__ static void zero() {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %0;\nmov.b32 %%acc2, %0;\nmov.b32 %%acc3, %0;\n"
+        "mov.b32 %%acc4, %0;\nmov.b32 %%acc5, %0;\nmov.b32 %%acc6, %0;\nmov.b32 %%acc7, %0;\n"
+        "mov.b32 %%acc8, %0;\nmov.b32 %%acc9, %0;\nmov.b32 %%acc10, %0;\nmov.b32 %%acc11, %0;\n"
+        "mov.b32 %%acc12, %0;\nmov.b32 %%acc13, %0;\nmov.b32 %%acc14, %0;\nmov.b32 %%acc15, %0;\n"
+        "mov.b32 %%acc16, %0;\nmov.b32 %%acc17, %0;\nmov.b32 %%acc18, %0;\nmov.b32 %%acc19, %0;\n"
+        "mov.b32 %%acc20, %0;\nmov.b32 %%acc21, %0;\nmov.b32 %%acc22, %0;\nmov.b32 %%acc23, %0;\n"
+        "mov.b32 %%acc24, %0;\nmov.b32 %%acc25, %0;\nmov.b32 %%acc26, %0;\nmov.b32 %%acc27, %0;\n"
+        "mov.b32 %%acc28, %0;\nmov.b32 %%acc29, %0;\nmov.b32 %%acc30, %0;\nmov.b32 %%acc31, %0;\n"
+        "mov.b32 %%acc32, %0;\nmov.b32 %%acc33, %0;\nmov.b32 %%acc34, %0;\nmov.b32 %%acc35, %0;\n"
+        "mov.b32 %%acc36, %0;\nmov.b32 %%acc37, %0;\nmov.b32 %%acc38, %0;\nmov.b32 %%acc39, %0;\n"
+        "mov.b32 %%acc40, %0;\nmov.b32 %%acc41, %0;\nmov.b32 %%acc42, %0;\nmov.b32 %%acc43, %0;\n"
+        "mov.b32 %%acc44, %0;\nmov.b32 %%acc45, %0;\nmov.b32 %%acc46, %0;\nmov.b32 %%acc47, %0;\n"
+        "mov.b32 %%acc48, %0;\nmov.b32 %%acc49, %0;\nmov.b32 %%acc50, %0;\nmov.b32 %%acc51, %0;\n"
+        "mov.b32 %%acc52, %0;\nmov.b32 %%acc53, %0;\nmov.b32 %%acc54, %0;\nmov.b32 %%acc55, %0;\n"
+        "mov.b32 %%acc56, %0;\nmov.b32 %%acc57, %0;\nmov.b32 %%acc58, %0;\nmov.b32 %%acc59, %0;\n"
+        "mov.b32 %%acc60, %0;\nmov.b32 %%acc61, %0;\nmov.b32 %%acc62, %0;\nmov.b32 %%acc63, %0;\n"
+        "mov.b32 %%acc64, %0;\nmov.b32 %%acc65, %0;\nmov.b32 %%acc66, %0;\nmov.b32 %%acc67, %0;\n"
+        "mov.b32 %%acc68, %0;\nmov.b32 %%acc69, %0;\nmov.b32 %%acc70, %0;\nmov.b32 %%acc71, %0;\n"
+        "mov.b32 %%acc72, %0;\nmov.b32 %%acc73, %0;\nmov.b32 %%acc74, %0;\nmov.b32 %%acc75, %0;\n"
+        "mov.b32 %%acc76, %0;\nmov.b32 %%acc77, %0;\nmov.b32 %%acc78, %0;\nmov.b32 %%acc79, %0;\n"
+        "mov.b32 %%acc80, %0;\nmov.b32 %%acc81, %0;\nmov.b32 %%acc82, %0;\nmov.b32 %%acc83, %0;\n"
+        "mov.b32 %%acc84, %0;\nmov.b32 %%acc85, %0;\nmov.b32 %%acc86, %0;\nmov.b32 %%acc87, %0;\n"
+        "mov.b32 %%acc88, %0;\nmov.b32 %%acc89, %0;\nmov.b32 %%acc90, %0;\nmov.b32 %%acc91, %0;\n"
+        "mov.b32 %%acc92, %0;\nmov.b32 %%acc93, %0;\nmov.b32 %%acc94, %0;\nmov.b32 %%acc95, %0;\n"
+        "mov.b32 %%acc96, %0;\nmov.b32 %%acc97, %0;\nmov.b32 %%acc98, %0;\nmov.b32 %%acc99, %0;\n"
+        "mov.b32 %%acc100, %0;\nmov.b32 %%acc101, %0;\nmov.b32 %%acc102, %0;\nmov.b32 %%acc103, %0;\n"
+        "mov.b32 %%acc104, %0;\nmov.b32 %%acc105, %0;\nmov.b32 %%acc106, %0;\nmov.b32 %%acc107, %0;\n"
+        "mov.b32 %%acc108, %0;\nmov.b32 %%acc109, %0;\nmov.b32 %%acc110, %0;\nmov.b32 %%acc111, %0;\n"
+        "mov.b32 %%acc112, %0;\nmov.b32 %%acc113, %0;\nmov.b32 %%acc114, %0;\nmov.b32 %%acc115, %0;\n"
+        "mov.b32 %%acc116, %0;\nmov.b32 %%acc117, %0;\nmov.b32 %%acc118, %0;\nmov.b32 %%acc119, %0;\n"
+        "mov.b32 %%acc120, %0;\nmov.b32 %%acc121, %0;\nmov.b32 %%acc122, %0;\nmov.b32 %%acc123, %0;\n"
+        "mov.b32 %%acc124, %0;\nmov.b32 %%acc125, %0;\nmov.b32 %%acc126, %0;\nmov.b32 %%acc127, %0;\n" ::"n"(0));
+  }
+  __device__ __forceinline__ static void read(float (&d)[128]) {
+    asm volatile(
+        "mov.b32 %0, %%acc0;\nmov.b32 %1, %%acc1;\nmov.b32 %2, %%acc2;\nmov.b32 %3, %%acc3;\n"
+        "mov.b32 %4, %%acc4;\nmov.b32 %5, %%acc5;\nmov.b32 %6, %%acc6;\nmov.b32 %7, %%acc7;\n"
+        "mov.b32 %8, %%acc8;\nmov.b32 %9, %%acc9;\nmov.b32 %10, %%acc10;\nmov.b32 %11, %%acc11;\n"
+        "mov.b32 %12, %%acc12;\nmov.b32 %13, %%acc13;\nmov.b32 %14, %%acc14;\nmov.b32 %15, %%acc15;\n"
+        "mov.b32 %16, %%acc16;\nmov.b32 %17, %%acc17;\nmov.b32 %18, %%acc18;\nmov.b32 %19, %%acc19;\n"
+        "mov.b32 %20, %%acc20;\nmov.b32 %21, %%acc21;\nmov.b32 %22, %%acc22;\nmov.b32 %23, %%acc23;\n"
+        "mov.b32 %24, %%acc24;\nmov.b32 %25, %%acc25;\nmov.b32 %26, %%acc26;\nmov.b32 %27, %%acc27;\n"
+        "mov.b32 %28, %%acc28;\nmov.b32 %29, %%acc29;\nmov.b32 %30, %%acc30;\nmov.b32 %31, %%acc31;\n"
+        "mov.b32 %32, %%acc32;\nmov.b32 %33, %%acc33;\nmov.b32 %34, %%acc34;\nmov.b32 %35, %%acc35;\n"
+        "mov.b32 %36, %%acc36;\nmov.b32 %37, %%acc37;\nmov.b32 %38, %%acc38;\nmov.b32 %39, %%acc39;\n"
+        "mov.b32 %40, %%acc40;\nmov.b32 %41, %%acc41;\nmov.b32 %42, %%acc42;\nmov.b32 %43, %%acc43;\n"
+        "mov.b32 %44, %%acc44;\nmov.b32 %45, %%acc45;\nmov.b32 %46, %%acc46;\nmov.b32 %47, %%acc47;\n"
+        "mov.b32 %48, %%acc48;\nmov.b32 %49, %%acc49;\nmov.b32 %50, %%acc50;\nmov.b32 %51, %%acc51;\n"
+        "mov.b32 %52, %%acc52;\nmov.b32 %53, %%acc53;\nmov.b32 %54, %%acc54;\nmov.b32 %55, %%acc55;\n"
+        "mov.b32 %56, %%acc56;\nmov.b32 %57, %%acc57;\nmov.b32 %58, %%acc58;\nmov.b32 %59, %%acc59;\n"
+        "mov.b32 %60, %%acc60;\nmov.b32 %61, %%acc61;\nmov.b32 %62, %%acc62;\nmov.b32 %63, %%acc63;\n"
+        "mov.b32 %64, %%acc64;\nmov.b32 %65, %%acc65;\nmov.b32 %66, %%acc66;\nmov.b32 %67, %%acc67;\n"
+        "mov.b32 %68, %%acc68;\nmov.b32 %69, %%acc69;\nmov.b32 %70, %%acc70;\nmov.b32 %71, %%acc71;\n"
+        "mov.b32 %72, %%acc72;\nmov.b32 %73, %%acc73;\nmov.b32 %74, %%acc74;\nmov.b32 %75, %%acc75;\n"
+        "mov.b32 %76, %%acc76;\nmov.b32 %77, %%acc77;\nmov.b32 %78, %%acc78;\nmov.b32 %79, %%acc79;\n"
+        "mov.b32 %80, %%acc80;\nmov.b32 %81, %%acc81;\nmov.b32 %82, %%acc82;\nmov.b32 %83, %%acc83;\n"
+        "mov.b32 %84, %%acc84;\nmov.b32 %85, %%acc85;\nmov.b32 %86, %%acc86;\nmov.b32 %87, %%acc87;\n"
+        "mov.b32 %88, %%acc88;\nmov.b32 %89, %%acc89;\nmov.b32 %90, %%acc90;\nmov.b32 %91, %%acc91;\n"
+        "mov.b32 %92, %%acc92;\nmov.b32 %93, %%acc93;\nmov.b32 %94, %%acc94;\nmov.b32 %95, %%acc95;\n"
+        "mov.b32 %96, %%acc96;\nmov.b32 %97, %%acc97;\nmov.b32 %98, %%acc98;\nmov.b32 %99, %%acc99;\n"
+        "mov.b32 %100, %%acc100;\nmov.b32 %101, %%acc101;\nmov.b32 %102, %%acc102;\nmov.b32 %103, %%acc103;\n"
+        "mov.b32 %104, %%acc104;\nmov.b32 %105, %%acc105;\nmov.b32 %106, %%acc106;\nmov.b32 %107, %%acc107;\n"
+        "mov.b32 %108, %%acc108;\nmov.b32 %109, %%acc109;\nmov.b32 %110, %%acc110;\nmov.b32 %111, %%acc111;\n"
+        "mov.b32 %112, %%acc112;\nmov.b32 %113, %%acc113;\nmov.b32 %114, %%acc114;\nmov.b32 %115, %%acc115;\n"
+        "mov.b32 %116, %%acc116;\nmov.b32 %117, %%acc117;\nmov.b32 %118, %%acc118;\nmov.b32 %119, %%acc119;\n"
+        "mov.b32 %120, %%acc120;\nmov.b32 %121, %%acc121;\nmov.b32 %122, %%acc122;\nmov.b32 %123, %%acc123;\n"
+        "mov.b32 %124, %%acc124;\nmov.b32 %125, %%acc125;\nmov.b32 %126, %%acc126;\nmov.b32 %127, %%acc127;\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
+          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
+          "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
+          "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
+          "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
+          "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
+          "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
+          "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63]),
+          "=f"(d[64]), "=f"(d[65]), "=f"(d[66]), "=f"(d[67]), "=f"(d[68]), "=f"(d[69]), "=f"(d[70]), "=f"(d[71]),
+          "=f"(d[72]), "=f"(d[73]), "=f"(d[74]), "=f"(d[75]), "=f"(d[76]), "=f"(d[77]), "=f"(d[78]), "=f"(d[79]),
+          "=f"(d[80]), "=f"(d[81]), "=f"(d[82]), "=f"(d[83]), "=f"(d[84]), "=f"(d[85]), "=f"(d[86]), "=f"(d[87]),
+          "=f"(d[88]), "=f"(d[89]), "=f"(d[90]), "=f"(d[91]), "=f"(d[92]), "=f"(d[93]), "=f"(d[94]), "=f"(d[95]),
+          "=f"(d[96]), "=f"(d[97]), "=f"(d[98]), "=f"(d[99]), "=f"(d[100]), "=f"(d[101]), "=f"(d[102]), "=f"(d[103]),
+          "=f"(d[104]), "=f"(d[105]), "=f"(d[106]), "=f"(d[107]), "=f"(d[108]), "=f"(d[109]), "=f"(d[110]), "=f"(d[111]),
+          "=f"(d[112]), "=f"(d[113]), "=f"(d[114]), "=f"(d[115]), "=f"(d[116]), "=f"(d[117]), "=f"(d[118]), "=f"(d[119]),
+          "=f"(d[120]), "=f"(d[121]), "=f"(d[122]), "=f"(d[123]), "=f"(d[124]), "=f"(d[125]), "=f"(d[126]), "=f"(d[127]));
   }
 };
 

@@ -2,8 +2,11 @@
 //   C[row, n] = sum_kb  sa[kb, row] * sb[group, n / 128, kb] * sum_{k in block kb} A[row, k] * B[group, n, k]
 // A's scales are per row per 128 K-columns (1x128), B's per 128x128 block of each expert.
 //
-// PROTOTYPE (not yet wired into KernelSpec/Runtime): verified by a standalone harness on the H100;
-// the plan is to fold its mainloop into hopper/grouped_gemm_sm90.cuh as a second mainloop policy.
+// Scales come in GroupedGemmParams (fp32; layouts defined in include/moejit/formats.hpp):
+//   scale_a[kb * total_rows + row], row as in A (contiguous: absolute row; masked: group * capacity
+//     + r): K-block-major, so that a warp's rows of one K block are contiguous.
+//   scale_b[(group * ceil(N / 128) + n / 128) * ceil(K / 128) + kb].
+// Verified on the H100 through a standalone harness; through the Runtime: compiled, not yet run.
 //
 // Same skeleton as the BF16 kernel: warpgroup 0 is the TMA producer, warpgroups 1 and 2 consume.
 // One pipeline stage is a 128-wide K block: a 128-byte swizzle row of e4m3 per tile row, i.e.
@@ -25,23 +28,6 @@
 #include "moejit/hopper/epilogue.cuh"
 #include "moejit/hopper_fp8/wgmma_fp8_ops.cuh"
 
-namespace moejit {
-
-// Block scales (fp32), a second kernel parameter next to GroupedGemmParams.
-//   a: a[kb * a_stride + row], row as in A (contiguous: absolute row; masked: group * capacity + r);
-//      a_stride >= rows of A. K-block-major so that a warp's rows of one K block are contiguous.
-//   b: b[(group * n_blocks + n / 128) * k_blocks + kb], n_blocks = ceil(N / 128), k_blocks = ceil(K / 128).
-struct Fp8BlockScales {
-  const float* a;
-  const float* b;
-  int a_stride;
-  int n_blocks;
-  int k_blocks;
-  int reserved0;
-};
-
-}  // namespace moejit
-
 namespace moejit::hopper {
 
 constexpr int kFp8BlockK = 128;  // K elements per stage = per scale block = one 128-byte swizzle row
@@ -52,7 +38,7 @@ __host__ __device__ constexpr int fp8_smem_bytes() {
 }
 
 template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout>
-__device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p, const Fp8BlockScales& s,
+__device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const TmaDescriptor& tma_a, const TmaDescriptor& tma_b) {
   // Each consumer warpgroup's columns must lie in one 128-wide scale block of B.
   static_assert((kBlockM == 128 && kBlockN == 128) || (kBlockM == 64 && kBlockN == 256),
@@ -88,6 +74,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p, con
   __syncthreads();
 
   const int num_k_blocks = (p.k + kFp8BlockK - 1) / kFp8BlockK;
+  const int n_scale_blocks = (p.n + 127) / 128;
   const int warpgroup = threadIdx.x / 128;
   GroupTileCursor<kLayout, kBlockM, kBlockN> cursor;
   TileCoord tile;
@@ -129,10 +116,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p, con
       const int n0 = tile.n_block * kBlockN + tile_col0;
       // This thread's two accumulator rows (h = 0, 1): A-scale pointers, or null past the group.
       const int m_lane = m_warp + lane / 4;
-      const float* sa_row0 = m_lane < tile.group_rows ? s.a + tile.row_begin + m_lane : nullptr;
-      const float* sa_row1 = m_lane + 8 < tile.group_rows ? s.a + tile.row_begin + m_lane + 8 : nullptr;
-      const float* sb_block = s.b + (static_cast<long long>(tile.group) * s.n_blocks + n0 / 128) * s.k_blocks;
-      const long long a_stride = s.a_stride;
+      const float* sa_row0 = m_lane < tile.group_rows ? p.scale_a + tile.row_begin + m_lane : nullptr;
+      const float* sa_row1 = m_lane + 8 < tile.group_rows ? p.scale_a + tile.row_begin + m_lane + 8 : nullptr;
+      const float* sb_block = static_cast<const float*>(p.scale_b) +
+                              (static_cast<long long>(tile.group) * n_scale_blocks + n0 / 128) * num_k_blocks;
+      const long long a_stride = p.total_rows;
       float sa0 = 0.f, sa1 = 0.f, sb = 0.f;
       if (num_k_blocks > 0) {
         sa0 = sa_row0 ? __ldg(sa_row0) : 0.f;

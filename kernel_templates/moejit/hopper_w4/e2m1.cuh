@@ -1,4 +1,4 @@
-// MXFP4 widening on the CUDA cores: E2M1 codes and E8M0 scales to BF16 pairs, in the
+// 4-bit widening on the CUDA cores: E2M1 codes and E8M0 (MXFP4) or E4M3 (NVFP4) scales to BF16 pairs, in the
 // bf16x2 register form that both 4-bit kernels (shared-memory and register-A widening) use.
 #pragma once
 
@@ -27,6 +27,17 @@ __device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
 __device__ __forceinline__ unsigned e8m0_to_bf16x2(unsigned s) {
   const unsigned bits = s == 0 ? 0x0040u : s == 255 ? 0x7FC0u : (s << 7);
   return bits | (bits << 16);
+}
+
+// E4M3 block scale (NVFP4; positive) -> BF16 bits of its value, duplicated in both halves. The
+// magnitude bits e3..e0 m2..m0 placed at BF16 bits 10..4 read as the value times 2^-120 (exponent
+// field e, or for e = 0 the BF16 subnormal m * 2^-129 = m * 2^-9 * 2^-120), so one exact multiply
+// by 2^120 restores it: every E4M3 value is a BF16 value. 0x7F / 0xFF (NaN) -> BF16 NaN.
+__device__ __forceinline__ unsigned e4m3_to_bf16x2(unsigned s) {
+  constexpr unsigned kTwoPow120x2 = 0x7B807B80u;
+  if ((s & 0x7Fu) == 0x7Fu) return 0x7FC07FC0u;
+  const unsigned bits = (s & 0x7Fu) << 4;
+  return bf16x2_mul(bits | (bits << 16), kTwoPow120x2);
 }
 
 }  // namespace moejit::hopper

@@ -1,20 +1,25 @@
-// Weight-only MXFP4 grouped GEMM for Hopper, roles swapped: C^T = W x A^T.
+// Weight-only 4-bit (MXFP4 or NVFP4) grouped GEMM for Hopper, roles swapped: C^T = W x A^T.
 // The widened weights are wgmma's A operand straight from registers, the BF16 activations its
 // B operand from shared memory (TMA, 128-byte swizzle), so the weights never make a round trip
 // through shared memory as BF16 and no fence or barrier sits between widening and MMA. N (weight
 // rows) fills the MMA's 64-row side, which suits decode, where a group has few tokens.
 //
-// PROTOTYPE (not yet wired into KernelSpec/Runtime): verified by a standalone harness on the H100.
+// MXFP4 verified on the H100 by a standalone harness (tests/gpu/standalone/); through the Runtime
+// (spec b=mxfp4|nvfp4) and the NVFP4 variant: compiled, not yet run on a GPU.
 //
-// Weights are pre-arranged offline (fragment order) so that each consumer thread's bytes of a
-// stage are 16 contiguous bytes and its scales 4 more. Block (group g, weight rows 128 nb..,
-// K 64 kb..) is 5120 contiguous bytes, blocks ordered [g][ceil(N/128)][ceil(K/64)]:
-//   [consumer w 0..1][thread t 0..127][16 B codes]   then   [w][t][4 B E8M0 scales]
+// Weights are pre-arranged offline (fragment order; moejit::pack_w4_sm90 in formats.hpp makes it)
+// so that each consumer thread's bytes of a stage are 16 contiguous bytes of codes and 4 (MXFP4)
+// or 8 (NVFP4) of scales. Block (group g, weight rows 128 nb.., K 64 kb..) is 5120 (MXFP4) or
+// 6144 (NVFP4) contiguous bytes, blocks ordered [g][ceil(N/128)][ceil(K/64)]:
+//   [consumer w 0..1][thread t 0..127][16 B codes]   then   [w][t][4 or 8 B scales]
 // With warp = t / 32, lane = t % 32, r0 = 128 nb + 64 w + 16 warp + lane / 4, r1 = r0 + 8,
 // c = lane % 4: code byte 4 kk + i (k step kk = 0..3 of 16) holds the two E2M1 codes (low nibble =
-// lower K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] (+0, +1);
-// scale byte i is row {r0, r1, r0, r1}[i], 32-block {2 kb, 2 kb, 2 kb + 1, 2 kb + 1}[i].
-// Rows past N and K past the end are zero codes (scale 127).
+// lower K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] (+0, +1).
+// MXFP4 scale byte j (0..3): E8M0 of row {r0, r1}[j % 2], 32-block 2 kb + j / 2.
+// NVFP4 scale byte j (0..7): E4M3 of row {r0, r1}[j % 2], 16-block 4 kb + j / 2; the expert's
+// fp32 tensor scale (GroupedGemmParams::scale_b_tensor[g]) multiplies the FP32 accumulator once,
+// before C is rounded (code x block scale is exact in BF16: 2 x 4 significant bits).
+// Rows past N and K past the end are zero codes (MXFP4 scale 127, NVFP4 scale 0).
 #pragma once
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
@@ -29,7 +34,14 @@
 
 namespace moejit::hopper {
 
-constexpr unsigned kW4BlockBytes = 5120;  // one pre-arranged block: 4096 B codes + 1024 B scales
+constexpr unsigned kW4BlockBytes = 5120;  // one pre-arranged MXFP4 block: 4096 B codes + 1024 B scales
+
+// Bytes of one pre-arranged block: 4096 of codes (128 rows x 64 K) + one scale byte per 32 (MXFP4)
+// or per 16 (NVFP4) K of each row.
+template <int kFormat>
+__host__ __device__ constexpr unsigned w4_block_bytes() {
+  return kFormat == kNVFP4 ? 6144u : 5120u;
+}
 
 // Plain (non-tensor) bulk copy of `bytes` contiguous bytes into shared memory, completing on an mbarrier.
 __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
@@ -38,17 +50,20 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
                : "memory");
 }
 
-template <int kTokens, int kStages>
+template <int kTokens, int kStages, int kFormat = kMXFP4>
 __host__ __device__ constexpr int w4rs_smem_bytes() {
-  return kStages * (kTokens * 128 + static_cast<int>(kW4BlockBytes)) + 2048;
+  return kStages * (kTokens * 128 + static_cast<int>(w4_block_bytes<kFormat>())) + 2048;
 }
 
 // kTokens: tokens per tile (the MMA's N); 128 weight rows per tile (two consumers x 64).
-template <int kTokens, int kStages, int kTypeC, int kLayout>
+template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP4>
 __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, const TmaDescriptor& tma_a) {
   static_assert(kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 256,
                 "tokens per tile: 16, 32, 64, 128 or 256");
-  static_assert(w4rs_smem_bytes<kTokens, kStages>() <= 232448, "stages do not fit in 227 KB");
+  static_assert(kFormat == kMXFP4 || kFormat == kNVFP4, "4-bit weights: MXFP4 or NVFP4");
+  static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat>() <= 232448, "stages do not fit in 227 KB");
+  constexpr unsigned kBlockBytes = w4_block_bytes<kFormat>();
+  constexpr unsigned kScaleBytes = kFormat == kNVFP4 ? 8 : 4;  // per consumer thread per stage
   static_assert(kTypeC == kBF16 || kTypeC == kF16, "prototype: 16-bit C");
   constexpr int kRowsW = 128;
   using Mma = WgmmaRsOp<kTokens>;
@@ -60,7 +75,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   const unsigned smem_base = smem_addr(moejit_smem);
   const unsigned x_stages = (smem_base + 1023u) & ~1023u;
   const unsigned w_stages = x_stages + kStages * kXBytes;
-  const unsigned full_bars = w_stages + kStages * kW4BlockBytes;
+  const unsigned full_bars = w_stages + kStages * kBlockBytes;
   const unsigned empty_bars = full_bars + 8 * kStages;
 
   if (threadIdx.x == 0) {
@@ -88,14 +103,14 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
         const int x_row = tile.row_begin + tile.m_block * kTokens;
         const unsigned char* w_blocks = static_cast<const unsigned char*>(p.b) +
-            (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kW4BlockBytes;
+            (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kBlockBytes;
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
           const unsigned full = full_bars + 8 * stage;
-          mbarrier_arrive_expect_tx(full, kXBytes + kW4BlockBytes);
+          mbarrier_arrive_expect_tx(full, kXBytes + kBlockBytes);
           tma_load_2d(x_stages + stage * kXBytes, tma_a, full, kb * 64, x_row);
-          bulk_load(w_stages + stage * kW4BlockBytes, w_blocks + static_cast<long long>(kb) * kW4BlockBytes,
-                    kW4BlockBytes, full);
+          bulk_load(w_stages + stage * kBlockBytes, w_blocks + static_cast<long long>(kb) * kBlockBytes,
+                    kBlockBytes, full);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
@@ -107,7 +122,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     const int lane = threadIdx.x % 32;
     const int warp_in_group = t / 32;
     const unsigned my_codes = (consumer * 128 + t) * 16;
-    const unsigned my_scales = 4096 + (consumer * 128 + t) * 4;
+    const unsigned my_scales = 4096 + (consumer * 128 + t) * kScaleBytes;
     constexpr unsigned kTwoPow126x2 = 0x7E807E80u;  // BF16 2^126 in both halves
 
     float acc[kAccRegs];
@@ -117,24 +132,33 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     // registers must stay put until the wgmmas reading them finish).
     auto widen = [&](unsigned (&frag)[4][4]) {
       mbarrier_wait(full_bars + 8 * stage, phase);
-      const unsigned w_stage = w_stages + stage * kW4BlockBytes;
-      unsigned codes[4], scales;
+      const unsigned w_stage = w_stages + stage * kBlockBytes;
+      unsigned codes[4], scales[2];
       asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(codes[0]), "=r"(codes[1]), "=r"(codes[2]), "=r"(codes[3])
                    : "r"(w_stage + my_codes));
-      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(scales) : "r"(w_stage + my_scales));
-      // Scale (bf16x2, both halves) of rows r0 / r1 for the first and second 32 of this K block.
-      unsigned row_scale[4];
+      // Scale (bf16x2, both halves) of rows r0 / r1 (j % 2) per scale block of this K block (j / 2).
+      constexpr int kScales = kScaleBytes;
+      unsigned row_scale[kScales];
+      if constexpr (kFormat == kNVFP4) {
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(scales[0]), "=r"(scales[1]) : "r"(w_stage + my_scales));
 #pragma unroll
-      for (int i = 0; i < 4; ++i) row_scale[i] = e8m0_to_bf16x2((scales >> (8 * i)) & 0xFF);
+        for (int j = 0; j < kScales; ++j) row_scale[j] = e4m3_to_bf16x2((scales[j / 4] >> (8 * (j % 4))) & 0xFF);
+      } else {
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(scales[0]) : "r"(w_stage + my_scales));
+#pragma unroll
+        for (int j = 0; j < kScales; ++j) row_scale[j] = e8m0_to_bf16x2((scales[0] >> (8 * j)) & 0xFF);
+      }
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const unsigned word = codes[kk];
         const unsigned bits[4] = {e2m1x2_bits_as_bf16x2<0>(word), e2m1x2_bits_as_bf16x2<1>(word),
                                   e2m1x2_bits_as_bf16x2<2>(word), e2m1x2_bits_as_bf16x2<3>(word)};
+        // MXFP4: 32-blocks, k steps 0-1 in the first, 2-3 in the second; NVFP4: one 16-block per step.
+        const int block = kFormat == kNVFP4 ? kk : kk / 2;
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          frag[kk][i] = bf16x2_mul(bf16x2_mul(bits[i], kTwoPow126x2), row_scale[(i & 1) + (kk >= 2 ? 2 : 0)]);
+          frag[kk][i] = bf16x2_mul(bf16x2_mul(bits[i], kTwoPow126x2), row_scale[(i & 1) + 2 * block]);
       }
     };
     // Issues the current stage's four wgmmas and moves to the next stage.
@@ -178,6 +202,11 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       if (num_k_blocks == 0) {
 #pragma unroll
         for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
+      }
+      if constexpr (kFormat == kNVFP4) {
+        const float tensor_scale = __ldg(p.scale_b_tensor + tile.group);
+#pragma unroll
+        for (int i = 0; i < kAccRegs; ++i) acc[i] *= tensor_scale;
       }
       // acc register 4j + 2h + e: weight row 16 warp + lane/4 + 8h, token 8j + 2(lane%4) + e.
       using T = typename StorageOf<kTypeC>::type;

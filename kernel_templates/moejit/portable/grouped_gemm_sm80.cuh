@@ -13,6 +13,7 @@
 #include "moejit/common/fusion.cuh"
 #include "moejit/portable/cp_async.cuh"
 #include "moejit/portable/mma_sync.cuh"
+#include "moejit/portable/w4_widen.cuh"
 
 namespace moejit::portable {
 
@@ -277,9 +278,21 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
 }
 
 // Fuse: a FusionConfig (common/fusion.cuh); f: its operands (read only where Fuse says so).
+// kTypeB: kTypeAB, or kMXFP4 / kNVFP4 with kTypeAB = kBF16 (weight-only 4-bit: B is widened to
+// BF16 into the same shared-memory stages by detail::W4WidenLoader, w4_widen.cuh).
 template <int kBlockM, int kBlockN, int kBlockK, int kStages, int kWarpsM, int kWarpsN, int kTypeAB, int kTypeC,
-          int kLayout, int kScheduler, class Fuse>
+          int kLayout, int kScheduler, class Fuse, int kTypeB = kTypeAB>
 __device__ void grouped_gemm(const GroupedGemmParams& p, const FusionParams& f) {
+  constexpr bool kW4 = kTypeB == kMXFP4 || kTypeB == kNVFP4;
+  // FP8 (a = b = e4m3, DeepSeek-V3 block scales): both operands widened exactly to BF16, one
+  // partial sum per 128-wide K block promoted into `total` with sa[kb][row] * sb[g][n/128][kb],
+  // as the Hopper FP8 kernel does (params.cuh: scale_a, scale_b).
+  constexpr bool kFp8 = kTypeAB == kE4M3;
+  constexpr int kMmaType = kFp8 ? kBF16 : kTypeAB;
+  static_assert(kTypeB == kTypeAB || (kW4 && kTypeAB == kBF16), "B: A's type, or 4-bit weights with bf16 A");
+  static_assert(!kFp8 || (128 % kBlockK == 0 && kBlockN <= 128), "FP8: k-blocks tile a 128-wide scale block, one B scale per tile");
+  // The spec rejects fusions with quantized operands (docs/design.md, "Fusions": gaps).
+  static_assert(!Fuse::any || (!kFp8 && !kW4), "fusions: 16-bit operands only");
   constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   constexpr int kWarpTileM = kBlockM / kWarpsM;
   constexpr int kWarpTileN = kBlockN / kWarpsN;
@@ -288,7 +301,7 @@ __device__ void grouped_gemm(const GroupedGemmParams& p, const FusionParams& f) 
   constexpr int kPitch = stage_pitch<kBlockK>();
   constexpr unsigned kStageABytes = kBlockM * kPitch * 2;
   constexpr unsigned kStageBytes = (kBlockM + kBlockN) * kPitch * 2;
-  static_assert(kTypeAB == kBF16 || kTypeAB == kF16, "A and B must be bf16 or f16");
+  static_assert(kTypeAB == kBF16 || kTypeAB == kF16 || kTypeAB == kE4M3, "A and B must be bf16, f16 or e4m3");
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
   static_assert(kStages >= 2, "the ring needs at least two stages");
   static_assert(kBlockK % 16 == 0, "kBlockK must be a multiple of the MMA's k (16)");
@@ -349,19 +362,51 @@ __device__ void grouped_gemm(const GroupedGemmParams& p, const FusionParams& f) 
     const int rows_valid = coord.group_rows - tile_row;
     const int cols_valid = p.n - tile_col;
 
-    using ALoader = typename Select<Fuse::gather, detail::GatherLoader<kBlockM, kBlockK, kThreads>,
-                                    detail::OperandLoader<kBlockM, kBlockK, kThreads>>::type;
+    using ALoader = typename Select<
+        kFp8, detail::E4m3WidenLoader<kBlockM, kBlockK, kThreads, kPitch>,
+        typename Select<Fuse::gather, detail::GatherLoader<kBlockM, kBlockK, kThreads>,
+                        detail::OperandLoader<kBlockM, kBlockK, kThreads>>::type>::type;
+    using BLoader = typename Select<
+        kFp8, detail::E4m3WidenLoader<kBlockN, kBlockK, kThreads, kPitch>,
+        typename Select<kW4, detail::W4WidenLoader<kBlockN, kBlockK, kThreads, kTypeB, kPitch>,
+                        detail::OperandLoader<kBlockN, kBlockK, kThreads>>::type>::type;
     ALoader load_a;
-    detail::OperandLoader<kBlockN, kBlockK, kThreads> load_b;
-    if constexpr (Fuse::gather) {
+    BLoader load_b;
+    if constexpr (kFp8) {
+      load_a.init(static_cast<const unsigned char*>(p.a) + (coord.row_begin + tile_row) * k, rows_valid, k);
+    } else if constexpr (Fuse::gather) {
       load_a.init(f.gather_rows + coord.row_begin + tile_row, rows_valid, f.num_tokens);
     } else {
       load_a.init(a_base, a_base + (coord.row_begin + tile_row) * k, rows_valid, k);
     }
-    if constexpr (Fuse::glu_split) {
+    if constexpr (kFp8) {
+      load_b.init(static_cast<const unsigned char*>(p.b) + ((long long)coord.group * n + tile_col) * k, cols_valid, k);
+    } else if constexpr (kW4) {
+      load_b.init(p.b, coord.group, tile_col, cols_valid, p.n, p.k);
+    } else if constexpr (Fuse::glu_split) {
       load_b.init_split(b_base, b_base + (long long)coord.group * n * k, tile_col / 2, p.n / 2, cols_valid, k);
     } else {
       load_b.init(b_base, b_base + ((long long)coord.group * n + tile_col) * k, cols_valid, k);
+    }
+    // FP8: the promoted sum, and this thread's rows' A-scale pointers (null past the group).
+    float total[kFp8 ? kMmaM : 1][kFp8 ? kMmaN : 1][4];
+    const float* scale_rows[kFp8 ? kMmaM : 1][2];
+    const float* scale_b_tile = nullptr;
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int mi = 0; mi < kMmaM; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = tile_row + warp_m * kWarpTileM + mi * 16 + (lane >> 2) + 8 * h;  // inside the group
+          scale_rows[mi][h] = r < coord.group_rows ? p.scale_a + coord.row_begin + r : nullptr;
+        }
+#pragma unroll
+        for (int ni = 0; ni < kMmaN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) total[mi][ni][e] = 0.f;
+      }
+      scale_b_tile = static_cast<const float*>(p.scale_b) +
+                     ((long long)coord.group * ((p.n + 127) / 128) + tile_col / 128) * ((p.k + 127) / 128);
     }
 
     float acc[kMmaM][kMmaN][4];
@@ -425,7 +470,29 @@ __device__ void grouped_gemm(const GroupedGemmParams& p, const FusionParams& f) 
 #pragma unroll
         for (int mi = 0; mi < kMmaM; ++mi)
 #pragma unroll
-          for (int ni = 0; ni < kMmaN; ++ni) mma_m16n8k16<kTypeAB>(acc[mi][ni], a_frag[mi], b_frag[ni]);
+          for (int ni = 0; ni < kMmaN; ++ni) mma_m16n8k16<kMmaType>(acc[mi][ni], a_frag[mi], b_frag[ni]);
+      }
+      if constexpr (kFp8) {
+        // End of a 128-wide scale block (or of K): promote the partial sums and restart them.
+        if ((kb + 1) % (128 / kBlockK) == 0 || kb + 1 == k_blocks) {
+          const int kb128 = kb * kBlockK / 128;
+          const float sb = __ldg(scale_b_tile + kb128);
+          const long long a_stride = p.total_rows;
+#pragma unroll
+          for (int mi = 0; mi < kMmaM; ++mi) {
+            const float s0 = scale_rows[mi][0] ? __ldg(scale_rows[mi][0] + kb128 * a_stride) * sb : 0.f;
+            const float s1 = scale_rows[mi][1] ? __ldg(scale_rows[mi][1] + kb128 * a_stride) * sb : 0.f;
+#pragma unroll
+            for (int ni = 0; ni < kMmaN; ++ni) {
+              total[mi][ni][0] = fmaf(acc[mi][ni][0], s0, total[mi][ni][0]);
+              total[mi][ni][1] = fmaf(acc[mi][ni][1], s0, total[mi][ni][1]);
+              total[mi][ni][2] = fmaf(acc[mi][ni][2], s1, total[mi][ni][2]);
+              total[mi][ni][3] = fmaf(acc[mi][ni][3], s1, total[mi][ni][3]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+            }
+          }
+        }
       }
       read_stage = read_stage == kStages - 1 ? 0 : read_stage + 1;
       write_stage = write_stage == kStages - 1 ? 0 : write_stage + 1;
@@ -435,6 +502,24 @@ __device__ void grouped_gemm(const GroupedGemmParams& p, const FusionParams& f) 
     // row-contiguous global stores, masked to the group's rows and to N.
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int mi = 0; mi < kMmaM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kMmaN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mi][ni][e] = total[mi][ni][e];
+    }
+    if constexpr (kTypeB == kNVFP4) {
+      // NVFP4's per-expert fp32 scale, once on the accumulator (code x block scale was exact).
+      const float tensor_scale = __ldg(p.scale_b_tensor + coord.group);
+#pragma unroll
+      for (int mi = 0; mi < kMmaM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kMmaN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mi][ni][e] *= tensor_scale;
+    }
     OutT* staging = reinterpret_cast<OutT*>(smem);
     if constexpr (Fuse::epilogue) {
       fused_epilogue<kBlockM, kBlockN, kWarpsM, kWarpsN, kTypeC, Fuse>(p, f, acc, staging, coord, tile_row, tile_col,
@@ -484,11 +569,12 @@ __device__ void grouped_gemm(const GroupedGemmParams& p, const FusionParams& f) 
 }
 
 // The unfused kernel (its generated code is unchanged by the fusions).
+// kTypeB as above (portable_w4_grouped_gemm.cu.in passes the 4-bit format).
 template <int kBlockM, int kBlockN, int kBlockK, int kStages, int kWarpsM, int kWarpsN, int kTypeAB, int kTypeC,
-          int kLayout, int kScheduler>
+          int kLayout, int kScheduler, int kTypeB = kTypeAB>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p) {
-  grouped_gemm<kBlockM, kBlockN, kBlockK, kStages, kWarpsM, kWarpsN, kTypeAB, kTypeC, kLayout, kScheduler, NoFusion>(
-      p, FusionParams{});
+  grouped_gemm<kBlockM, kBlockN, kBlockK, kStages, kWarpsM, kWarpsN, kTypeAB, kTypeC, kLayout, kScheduler, NoFusion,
+               kTypeB>(p, FusionParams{});
 }
 
 }  // namespace moejit::portable

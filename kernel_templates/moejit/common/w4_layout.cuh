@@ -1,0 +1,35 @@
+// Where a weight lives in the pre-arranged 4-bit layout (include/moejit/formats.hpp, "W4 SM90"),
+// as one function that kernels use and the host tests check against pack_w4_sm90, so that a
+// kernel's address arithmetic is verified without a GPU. Plain C++ with __host__ __device__.
+#pragma once
+
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#ifndef __host__
+#define __host__
+#endif
+#ifndef __device__
+#define __device__
+#endif
+#endif
+
+namespace moejit {
+
+struct W4Offsets {
+  long long block;  // index of the 128-row x 64-K block inside its expert: (r / 128) * k_blocks64 + k / 64
+  int code;         // byte of the block holding the codes of (r, k) and (r, k + 1); k even
+  int scale;        // byte of the block holding the scale of (r, k)
+};
+
+// Weight row r (N index) and K index k (even) of one expert; k_blocks64 = ceil(K / 64).
+__host__ __device__ inline W4Offsets w4_sm90_offsets(int r, int k, int k_blocks64, bool nvfp4) {
+  const int rr = r % 128, w = rr / 64, warp = (rr % 64) / 16, h = (rr % 16) / 8, q = rr % 8;
+  const int kin = k % 64, kk = kin / 16, half = (kin % 16) / 8, c = (kin % 8) / 2;
+  const int thread0 = w * 128 + warp * 32 + q * 4;  // the fragment thread of c = 0 (lane = 4 q + c)
+  W4Offsets out;
+  out.block = static_cast<long long>(r / 128) * k_blocks64 + k / 64;
+  out.code = (thread0 + c) * 16 + kk * 4 + h + 2 * half;
+  out.scale = 4096 + thread0 * (nvfp4 ? 8 : 4) + h + 2 * (nvfp4 ? kk : kin / 32);
+  return out;
+}
+
+}  // namespace moejit

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Checks that kernels untouched by a change compile to byte-identical SASS: a bf16 Hopper config
+# (128x256x64 s4, CTA pairs, dynamic scheduler, contiguous) and a portable one (128x128x32, masked,
+# dynamic) are compiled with nvcc against kernel_templates/ of BASE (default: the merge base with main) and of the
+# working tree, and their cuobjdump -sass compared. CPU only. Usage: tests/sass_identity.sh [BASE]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+base=${1:-$(git -C "$root" merge-base HEAD main)}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/base"
+git -C "$root" archive "$base" kernel_templates | tar -x -C "$work/base"
+cat > "$work/hopper.cu" <<'CU'
+#include "moejit/hopper/grouped_gemm_sm90.cuh"
+extern "C" __global__ void __launch_bounds__(384, 1) moejit_grouped_gemm(
+    const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::TmaDescriptor tma_a,
+    const __grid_constant__ moejit::TmaDescriptor tma_b, const __grid_constant__ moejit::TmaDescriptor tma_c) {
+  moejit::hopper::grouped_gemm<128, 256, 4, moejit::kBF16, moejit::kBF16, moejit::kLayoutContiguous,
+                               moejit::kSchedulerDynamic, 2>(p, tma_a, tma_b, tma_c);
+}
+CU
+cat > "$work/portable.cu" <<'CU'
+#include "moejit/portable/grouped_gemm_sm80.cuh"
+extern "C" __global__ void __launch_bounds__(256, 2) moejit_grouped_gemm(const moejit::GroupedGemmParams p) {
+  moejit::portable::grouped_gemm<128, 128, 32, 4, 2, 4, moejit::kBF16, moejit::kBF16, moejit::kLayoutMasked,
+                                 moejit::kSchedulerDynamic>(p);
+}
+CU
+cuobjdump=${MOEJIT_CUOBJDUMP:-cuobjdump}
+status=0
+for kernel in hopper:90a portable:80; do
+  name=${kernel%%:*} arch=${kernel##*:}
+  for tree in base work; do
+    inc=$([ $tree = base ] && echo "$work/base/kernel_templates" || echo "$root/kernel_templates")
+    nvcc -std=c++20 -O3 -cubin -gencode arch=compute_$arch,code=sm_$arch -I"$inc" -w "$work/$name.cu" -o "$work/$name.$tree.cubin"
+    "$cuobjdump" -sass "$work/$name.$tree.cubin" > "$work/$name.$tree.sass"
+  done
+  if cmp -s "$work/$name.base.sass" "$work/$name.work.sass"; then
+    echo "$name: SASS identical to $base ($(wc -l < "$work/$name.work.sass") lines)"
+  else
+    echo "$name: SASS DIFFERS from $base"; status=1
+  fi
+done
+exit $status

@@ -1,0 +1,423 @@
+// GPU tests of the quantized formats through the Runtime: FP8 block-scaled ([gpu][fp8]) and
+// 4-bit weight-only ([gpu][w4]). Operands are fresh random floats quantized on the host with the
+// public quantizers (include/moejit/formats.hpp); the reference is an FP64 GEMM on the SAME
+// quantized operands (dequantized exactly in double), so the bound measures the kernel, not the
+// format. Output poisoned with NaN first; rows outside every group must keep the poison.
+// Bounds (||out - ref|| / ||ref||): C rounding dominates for 16-bit C (bf16 1e-2, f16 5e-3); f32 C
+// 1e-3 (FP8: Hopper's FP8 wgmma accumulates a 128-wide K block with ~14 significant bits before
+// the FP32 promotion; the Hopper 4-bit kernel writes 16-bit C only, the portable one f32 too).
+// Run by moejit_gpu_tests, which skips visibly (exit 77) without a GPU.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "driver/driver_api.hpp"
+#include "heuristics/config.hpp"
+#include "moejit/formats.hpp"
+#include "moejit/moejit.hpp"
+
+using namespace moejit;
+
+namespace {
+
+Runtime& runtime() {
+  static Runtime rt;
+  return rt;
+}
+
+bool has_sm90a() { return runtime().arch().sm() == 90 && runtime().arch().arch_specific; }
+
+double error_bound(DType c) {
+  if (c == DType::bf16) return 1e-2;
+  if (c == DType::f16) return 5e-3;
+  return 1e-3;  // f32 C: FP8 (in-block accumulation) and the portable 4-bit kernel
+}
+
+// Random values of a few binades (never all zero) with rows of different magnitude, so that
+// per-row and block scales differ from each other.
+std::vector<float> random_values(std::size_t count, std::int64_t k, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_int_distribution<int> row_exp(-3, 3);
+  std::vector<float> out(count);
+  float row_scale = 1.f;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i % k == 0) row_scale = std::ldexp(scale, row_exp(rng));
+    out[i] = normal(rng) * row_scale;
+  }
+  return out;
+}
+
+enum class ScalesA { block_1x128, per_row, per_tensor };
+enum class ScalesB { block_128x128, per_tensor };
+
+struct QuantProblem {
+  GroupLayout layout = GroupLayout::contiguous;
+  DType ab = DType::e4m3;  // e4m3: A and B FP8; bf16: A bf16, B in `weights`
+  DType c = DType::bf16;
+  int groups = 0, n = 0, k = 0;
+  std::vector<int> rows_of, offsets;
+  int total_rows = 0, capacity = 0;
+  std::vector<double> a_ref, b_ref;  // the quantized operands, dequantized exactly
+  DType b_format = DType::e4m3;      // B's format: e4m3, mxfp4 or nvfp4
+  std::vector<float> tensor_scales;  // nvfp4: per expert
+  DeviceBuffer d_a, d_b, d_c, d_groups, d_a_scales, d_b_scales, d_b_tensor_scales;
+
+  std::size_t c_bytes() const { return (std::size_t)total_rows * n * element_bytes(c); }
+  int row_begin(int g) const { return layout == GroupLayout::contiguous ? offsets[g] : g * capacity; }
+
+  void shape_rows(int lead_rows = 3, int tail_rows = 5) {
+    if (layout == GroupLayout::contiguous) {
+      offsets.assign(1, lead_rows);
+      for (int r : rows_of) offsets.push_back(offsets.back() + r);
+      total_rows = offsets.back() + tail_rows;
+    } else {
+      capacity = 9;
+      for (int r : rows_of) capacity = std::max(capacity, r + 9);  // slab rows that must stay untouched
+      total_rows = groups * capacity;
+    }
+    const std::vector<int>& g = layout == GroupLayout::contiguous ? offsets : rows_of;
+    d_groups = DeviceBuffer(g.size() * sizeof(int));
+    d_groups.upload(g.data(), g.size() * sizeof(int));
+    d_c = DeviceBuffer(std::max<std::size_t>(c_bytes(), 16));
+  }
+
+  // FP8: A quantized with `sa` scaling over all rows of A (masked: batches = groups, rows =
+  // capacity), B with `sb` per expert; the kernel gets fp8_kernel_scales_a/b of them.
+  void fill_fp8(std::mt19937& rng, ScalesA sa, ScalesB sb) {
+    shape_rows();
+    const QuantShape a_shape = layout == GroupLayout::contiguous ? QuantShape{1, total_rows, k}
+                                                                 : QuantShape{groups, capacity, k};
+    const QuantShape b_shape{groups, n, k};
+    std::vector<float> a = random_values((std::size_t)total_rows * k, k, rng, 1.f);
+    std::vector<float> b = random_values((std::size_t)groups * n * k, k, rng, 0.05f);
+    const Fp8Scaling a_scaling = sa == ScalesA::block_1x128 ? Fp8Scaling::block_1x128
+                                 : sa == ScalesA::per_row   ? Fp8Scaling::per_row
+                                                            : Fp8Scaling::per_tensor;
+    const Fp8Tensor qa = quantize_fp8(a.data(), a_shape, a_scaling);
+    const Fp8Tensor qb = quantize_fp8(
+        b.data(), b_shape, sb == ScalesB::block_128x128 ? Fp8Scaling::block_128x128 : Fp8Scaling::per_tensor);
+    const std::vector<float> ka = fp8_kernel_scales_a(qa), kb = fp8_kernel_scales_b(qb);
+    const int k_blocks = (k + 127) / 128, n_blocks = (n + 127) / 128;
+    a_ref.resize(a.size());
+    b_ref.resize(b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const std::size_t row = i / k, kb_i = (i % k) / 128;
+      a_ref[i] = (double)e4m3_to_float(qa.data[i]) * ka[kb_i * total_rows + row];
+    }
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      const std::size_t g = i / ((std::size_t)n * k), nn = (i / k) % n, kb_i = (i % k) / 128;
+      b_ref[i] = (double)e4m3_to_float(qb.data[i]) * kb[(g * n_blocks + nn / 128) * k_blocks + kb_i];
+    }
+    d_a = DeviceBuffer(std::max<std::size_t>(qa.data.size(), 16));
+    d_a.upload(qa.data.data(), qa.data.size());
+    d_b = DeviceBuffer(qb.data.size());
+    d_b.upload(qb.data.data(), qb.data.size());
+    d_a_scales = DeviceBuffer(std::max<std::size_t>(ka.size() * 4, 16));
+    d_a_scales.upload(ka.data(), ka.size() * 4);
+    d_b_scales = DeviceBuffer(kb.size() * 4);
+    d_b_scales.upload(kb.data(), kb.size() * 4);
+  }
+
+  // Weight-only 4-bit: A bf16, B quantized to `format` per expert and packed by pack_w4_sm90.
+  void fill_w4(std::mt19937& rng, DType format) {
+    shape_rows();
+    b_format = format;
+    std::vector<float> a = random_values((std::size_t)total_rows * k, k, rng, 1.f);
+    std::vector<std::uint16_t> a_bits(a.size());
+    a_ref.resize(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) a_bits[i] = float_to_bf16(a[i]), a_ref[i] = bf16_to_float(a_bits[i]);
+    const QuantShape b_shape{groups, n, k};
+    std::vector<float> b = random_values((std::size_t)groups * n * k, k, rng, 0.05f);
+    std::vector<std::uint8_t> packed;
+    b_ref.resize(b.size());
+    if (format == DType::mxfp4) {
+      const Mxfp4Tensor q = quantize_mxfp4(b.data(), b_shape);
+      packed = pack_w4_sm90(q);
+      const std::vector<float> d = dequantize(q);  // exact: E2M1 x 2^e
+      for (std::size_t i = 0; i < d.size(); ++i) b_ref[i] = d[i];
+    } else {
+      Nvfp4Tensor q = quantize_nvfp4(b.data(), b_shape);
+      packed = pack_w4_sm90(q);
+      tensor_scales = q.tensor_scales;
+      q.tensor_scales.assign(groups, 1.0f);  // E2M1 x E4M3 exactly; the fp32 scale applied in double
+      const std::vector<float> d = dequantize(q);
+      const std::size_t per_expert = (std::size_t)n * k;
+      for (std::size_t i = 0; i < d.size(); ++i) b_ref[i] = (double)d[i] * tensor_scales[i / per_expert];
+      d_b_tensor_scales = DeviceBuffer(tensor_scales.size() * 4);
+      d_b_tensor_scales.upload(tensor_scales.data(), tensor_scales.size() * 4);
+    }
+    d_a = DeviceBuffer(std::max<std::size_t>(a_bits.size() * 2, 16));
+    d_a.upload(a_bits.data(), a_bits.size() * 2);
+    d_b = DeviceBuffer(packed.size());
+    d_b.upload(packed.data(), packed.size());
+  }
+
+  GroupedGemmArgs args() const {
+    GroupedGemmArgs x;
+    x.layout = layout;
+    x.ab_type = ab;
+    x.c_type = c;
+    x.a = d_a.get();
+    x.b = d_b.get();
+    x.c = d_c.get();
+    x.num_groups = groups;
+    x.n = n;
+    x.k = k;
+    if (ab == DType::e4m3) {
+      x.a_scales = static_cast<const float*>(d_a_scales.get());
+      x.b_scales = d_b_scales.get();
+    } else {
+      x.b_type = b_format;
+      if (b_format == DType::nvfp4) x.b_tensor_scales = static_cast<const float*>(d_b_tensor_scales.get());
+    }
+    if (layout == GroupLayout::contiguous) {
+      x.group_offsets = static_cast<const int*>(d_groups.get());
+      x.total_rows = total_rows;
+      x.host_groups = offsets;
+    } else {
+      x.group_counts = static_cast<const int*>(d_groups.get());
+      x.capacity = capacity;
+      x.host_groups = rows_of;
+    }
+    return x;
+  }
+
+  void poison() const { MOEJIT_CU(driver().cuMemsetD8(d_c.ptr(), 0xFF, c_bytes())); }
+
+  struct Check {
+    double rel_err = 0;
+    long nan_in_groups = 0, written_outside = 0;
+  };
+
+  Check check() const {
+    std::vector<double> ref((std::size_t)total_rows * n, std::nan(""));
+    auto work = [&](int g) {
+      for (int r = 0; r < rows_of[g]; ++r) {
+        const double* arow = &a_ref[(std::size_t)(row_begin(g) + r) * k];
+        for (int j = 0; j < n; ++j) {
+          const double* brow = &b_ref[((std::size_t)g * n + j) * k];
+          double s = 0;
+          for (int q = 0; q < k; ++q) s += arow[q] * brow[q];
+          ref[(std::size_t)(row_begin(g) + r) * n + j] = s;
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned t = 0; t < workers; ++t)
+      threads.emplace_back([&, t] {
+        for (int g = (int)t; g < groups; g += (int)workers) work(g);
+      });
+    for (auto& t : threads) t.join();
+    std::vector<char> raw(c_bytes());
+    d_c.download(raw.data(), raw.size());
+    Check out;
+    double err2 = 0, ref2 = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      double got;
+      bool poison_intact;
+      if (c == DType::f32) {
+        std::uint32_t bits;
+        std::memcpy(&bits, &raw[i * 4], 4);
+        float f;
+        std::memcpy(&f, &bits, 4);
+        got = f;
+        poison_intact = bits == 0xFFFFFFFFu;
+      } else {
+        std::uint16_t h;
+        std::memcpy(&h, &raw[i * 2], 2);
+        got = c == DType::bf16 ? bf16_to_float(h) : f16_to_float(h);
+        poison_intact = h == 0xFFFF;
+      }
+      if (std::isnan(ref[i])) out.written_outside += !poison_intact;
+      else if (std::isnan(got)) out.nan_in_groups++;
+      else err2 += (got - ref[i]) * (got - ref[i]), ref2 += ref[i] * ref[i];
+    }
+    out.rel_err = ref2 > 0 ? std::sqrt(err2 / ref2) : 0;
+    return out;
+  }
+};
+
+// Catch2 v2 has no SKIP: say so visibly and pass nothing.
+void skip_without_sm90a(const char* what) {
+  WARN(fmt::format("SKIPPED: {} kernels need sm_90a; this device is {}", what, runtime().arch().to_text()));
+}
+
+void check_result(const QuantProblem& p, const std::string& what) {
+  auto r = p.check();
+  INFO(fmt::format("{}: rel_err {:.2e} (bound {:.0e}) nan {} written_outside {}", what, r.rel_err,
+                   error_bound(p.c), r.nan_in_groups, r.written_outside));
+  CHECK(r.nan_in_groups == 0);
+  CHECK(r.written_outside == 0);
+  CHECK(r.rel_err < error_bound(p.c));  // NaN fails this too
+}
+
+QuantProblem fp8_problem(GroupLayout layout, DType c, std::vector<int> rows, int n, int k, std::mt19937& rng,
+                         ScalesA sa = ScalesA::block_1x128, ScalesB sb = ScalesB::block_128x128) {
+  QuantProblem p;
+  p.layout = layout;
+  p.ab = DType::e4m3;
+  p.c = c;
+  p.groups = (int)rows.size();
+  p.rows_of = std::move(rows);
+  p.n = n;
+  p.k = k;
+  p.fill_fp8(rng, sa, sb);
+  return p;
+}
+
+QuantProblem w4_problem(GroupLayout layout, DType format, DType c, std::vector<int> rows, int n, int k, std::mt19937& rng) {
+  QuantProblem p;
+  p.layout = layout;
+  p.ab = DType::bf16;
+  p.c = c;
+  p.groups = (int)rows.size();
+  p.rows_of = std::move(rows);
+  p.n = n;
+  p.k = k;
+  p.fill_w4(rng, format);
+  return p;
+}
+
+void run_spec(const KernelSpec& spec, QuantProblem& p, const std::string& what) {
+  Kernel kernel = runtime().kernel(spec);
+  p.poison();
+  kernel.launch(p.args(), nullptr);
+  MOEJIT_CU(driver().cuCtxSynchronize());
+  check_result(p, fmt::format("{} spec {}", what, spec.to_text()));
+}
+
+}  // namespace
+
+TEST_CASE("formats: compile every FP8 and 4-bit variant in parallel first", "[gpu][fp8][w4]") {
+  std::vector<KernelSpec> specs = w4_candidates(runtime().arch(), KernelFamily::portable);
+  for (auto& s : fp8_candidates(runtime().arch(), KernelFamily::portable)) specs.push_back(s);
+  for (auto& s : fp8_candidates(runtime().arch())) specs.push_back(s);
+  for (auto& s : w4_candidates(runtime().arch(), KernelFamily::hopper)) specs.push_back(s);
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
+    threads.emplace_back([&] {
+      for (std::size_t i; (i = next++) < specs.size();) runtime().compile(specs[i]);
+    });
+  for (auto& t : threads) t.join();
+  WARN(fmt::format("{} ({}): {} FP8 / 4-bit variants compiled", runtime().device_name(), runtime().arch().to_text(),
+                   specs.size()));
+}
+
+TEST_CASE("fp8: every variant, mixed groups (empty, 1, tile +-1), ragged N and partial K block", "[gpu][fp8]") {
+  if (!has_sm90a()) return skip_without_sm90a("FP8");
+  std::mt19937 rng(8101);
+  for (const KernelSpec& spec : fp8_candidates(runtime().arch())) {
+    // N = 200: the second 128-wide scale block of B is partial; K = 400: 3 full K blocks + 16.
+    auto p = fp8_problem(spec.layout, spec.c, {0, 1, spec.tile.m + 1, spec.tile.m - 1, 0, 300, 129}, 200, 400, rng);
+    run_spec(spec, p, "mixed");
+    // Several tiles per CTA, K = 1024 (8 promotions).
+    auto q = fp8_problem(spec.layout, spec.c, {700, 0, 1, 256, 513, 64, 900, 130}, 384, 1024, rng);
+    run_spec(spec, q, "multi-tile");
+  }
+}
+
+TEST_CASE("fp8: every portable variant (E4M3 widened to BF16, promotion per 128 K)", "[gpu][fp8]") {
+  std::mt19937 rng(8104);
+  for (const KernelSpec& spec : fp8_candidates(runtime().arch(), KernelFamily::portable)) {
+    // K = 400: the last 128-wide scale block is partial (and not a whole number of k-blocks).
+    auto p = fp8_problem(spec.layout, spec.c, {0, 1, spec.tile.m + 1, spec.tile.m - 1, 0, 300, 129}, 200, 400, rng);
+    run_spec(spec, p, "portable mixed");
+  }
+}
+
+TEST_CASE("fp8: per-row and per-tensor activation scales, per-tensor weight scales", "[gpu][fp8]") {
+  if (!has_sm90a()) return skip_without_sm90a("FP8");
+  std::mt19937 rng(8102);
+  for (const KernelSpec& spec : fp8_candidates(runtime().arch())) {
+    if (spec.c != DType::bf16) continue;
+    auto row = fp8_problem(spec.layout, spec.c, {33, 0, 200, 7}, 256, 512, rng, ScalesA::per_row, ScalesB::per_tensor);
+    run_spec(spec, row, "A per-row, B per-tensor");
+    auto tensor = fp8_problem(spec.layout, spec.c, {33, 0, 200, 7}, 256, 512, rng, ScalesA::per_tensor,
+                              ScalesB::block_128x128);
+    run_spec(spec, tensor, "A per-tensor, B 128x128");
+  }
+}
+
+TEST_CASE("fp8: high-level call picks an FP8 config and is correct (decode and prefill sizes)", "[gpu][fp8]") {
+  if (!has_sm90a()) return skip_without_sm90a("FP8");
+  std::mt19937 rng(8103);
+  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
+    for (int rows : {3, 600}) {
+      auto p = fp8_problem(layout, DType::bf16, std::vector<int>(8, rows), 512, 1024, rng);
+      p.poison();
+      GroupedGemmArgs args = p.args();
+      KernelSpec chosen = runtime().choose_spec(args);
+      CHECK(chosen.a == DType::e4m3);
+      args.host_groups = {};  // the runtime reads and checks the device copy
+      runtime().grouped_gemm(args, nullptr);
+      MOEJIT_CU(driver().cuCtxSynchronize());
+      check_result(p, fmt::format("grouped_gemm {} rows {} chose {}", to_text(layout), rows, chosen.to_text()));
+    }
+  // Missing scales are refused before any launch.
+  auto p = fp8_problem(GroupLayout::contiguous, DType::bf16, {4, 4}, 128, 128, rng);
+  GroupedGemmArgs args = p.args();
+  args.b_scales = nullptr;
+  CHECK_THROWS_WITH(runtime().grouped_gemm(args, nullptr), Catch::Contains("b_scales (ab_type=e4m3"));
+}
+
+TEST_CASE("w4: every variant, mixed groups (empty, 1, tile +-1), ragged N and partial K block", "[gpu][w4]") {
+  if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
+  std::mt19937 rng(4101);
+  for (const KernelSpec& spec : w4_candidates(runtime().arch())) {
+    // N = 200: the second 128-row weight block is partial; K = 416: 6 full 64-K stages + 32.
+    auto p = w4_problem(spec.layout, spec.b, spec.c, {0, 1, spec.tile.m + 1, spec.tile.m - 1, 0, 300, 129}, 200, 416, rng);
+    run_spec(spec, p, "mixed");
+    // Several tiles per CTA, gpt-oss's K = 2880 (45 stages), N = 640.
+    auto q = w4_problem(spec.layout, spec.b, spec.c, {700, 0, 1, 256, 513, 64, 9, 130}, 640, 2880, rng);
+    run_spec(spec, q, "multi-tile");
+  }
+}
+
+TEST_CASE("w4: every portable variant (4-bit B widened before mma.sync), mixed groups, ragged N, partial K", "[gpu][w4]") {
+  std::mt19937 rng(4104);
+  for (const KernelSpec& spec : w4_candidates(runtime().arch(), KernelFamily::portable)) {
+    auto p = w4_problem(spec.layout, spec.b, spec.c, {0, 1, spec.tile.m + 1, spec.tile.m - 1, 0, 300, 129}, 200, 416, rng);
+    run_spec(spec, p, "portable mixed");
+  }
+}
+
+TEST_CASE("w4: 16- and 32-token tiles (compiled, never timed; not chosen by the heuristic yet)", "[gpu][w4]") {
+  if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
+  std::mt19937 rng(4102);
+  for (int tokens : {16, 32})
+    for (DType b : {DType::mxfp4, DType::nvfp4}) {
+      KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},tile={}x128x64", to_text(b), tokens));
+      spec.arch = runtime().arch();
+      auto p = w4_problem(spec.layout, b, spec.c, {0, 1, tokens + 1, 3, 40, 0, 17}, 384, 512, rng);
+      run_spec(spec, p, "small tiles");
+    }
+}
+
+TEST_CASE("w4: high-level call picks a 4-bit config and is correct (decode and prefill sizes)", "[gpu][w4]") {
+  if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
+  std::mt19937 rng(4103);
+  for (DType b : {DType::mxfp4, DType::nvfp4})
+    for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
+      for (int rows : {2, 300}) {
+        auto p = w4_problem(layout, b, DType::bf16, std::vector<int>(8, rows), 512, 1024, rng);
+        p.poison();
+        GroupedGemmArgs args = p.args();
+        KernelSpec chosen = runtime().choose_spec(args);
+        CHECK(chosen.b == b);
+        args.host_groups = {};
+        runtime().grouped_gemm(args, nullptr);
+        MOEJIT_CU(driver().cuCtxSynchronize());
+        check_result(p, fmt::format("grouped_gemm {} {} rows {} chose {}", to_text(b), to_text(layout), rows, chosen.to_text()));
+      }
+  auto p = w4_problem(GroupLayout::contiguous, DType::nvfp4, DType::bf16, {4, 4}, 128, 128, rng);
+  GroupedGemmArgs args = p.args();
+  args.b_tensor_scales = nullptr;
+  CHECK_THROWS_WITH(runtime().grouped_gemm(args, nullptr), Catch::Contains("b_tensor_scales"));
+}
