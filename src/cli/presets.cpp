@@ -236,9 +236,7 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
                   std::find(combine_inputs.begin(), combine_inputs.end(), spec.c) == combine_inputs.end())
                 combine_inputs.push_back(spec.c);
             } catch (const SpecError& e) {
-              std::string line = fmt::format("{} {}{} {} ({}): {}", gemm == LayerGemm::up ? "up" : "down", to_text(dtype),
-                                             b_type ? fmt::format("/{}", to_text(*b_type)) : std::string(), to_text(layout),
-                                             to_text(fusion), e.what());
+              std::string line = fmt::format("{}: {}", gemm == LayerGemm::up ? "up" : "down", e.what());
               if (std::find(plan.unavailable.begin(), plan.unavailable.end(), line) == plan.unavailable.end())
                 plan.unavailable.push_back(line);
             }

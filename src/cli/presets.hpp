@@ -52,7 +52,7 @@ struct PrewarmPlan {
   std::vector<KernelSpec> gemms;       // deduplicated, in preset order
   std::vector<RoutingSpec> routing;    // route (per logits type), then combine
   // Kernels the layer would request that this build cannot make (a fusion the format's kernels
-  // do not have yet): one line each, "up bf16/mxfp4 contiguous: <why>".
+  // do not have yet): one line each, "up: <the SpecError, which names the spec and why>".
   std::vector<std::string> unavailable;
 };
 // Everything the preset's layers request at its token counts on a device of `arch` with
