@@ -267,6 +267,7 @@ Runtime::Runtime(RuntimeOptions options, std::optional<Arch> offline_arch) {
   if (const char* env = std::getenv("MOEJIT_AUTOTUNE"); env && *env && *env != '0') options.autotune = true;
   if (offline_arch) {
     impl_ = std::make_unique<Impl>(options, *offline_arch);
+    impl_->sm_count = std::max(options.offline_sm_count, 0);
     return;
   }
   const DriverApi& api = driver();
