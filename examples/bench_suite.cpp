@@ -4,6 +4,8 @@
 //   model,gemm,tokens,E,topk,N,K,sumM,active,ms,tflops,gbps,spec
 // BENCH_SPECS="tile=128x192x64,stages=5;..." additionally times each case with each of these
 // overrides of the chosen spec (rows marked by their spec), for tuning; MODELS=a,b limits models.
+// An override that does not validate for a case (BENCH_SPECS=cluster=2x1 on 64-row decode tiles)
+// is skipped for that case with a note on stderr.
 // It also writes the routing of every case to ROUTING_FILE (argv[1], default routing.csv) so that
 // tests/gpu/peers.py times torch._grouped_mm on exactly the same group sizes in the same run.
 //
@@ -302,7 +304,16 @@ int main(int argc, char** argv) {
         if (const char* extra = std::getenv("BENCH_SPECS")) {
           std::stringstream list(extra);
           for (std::string item; std::getline(list, item, ';');) {
-            specs.push_back(override_fields(specs[0], item));
+            // An override the chosen spec cannot take (e.g. cluster=2x1 on a decode case's
+            // 64-row tile) is skipped with a note on stderr instead of ending the run.
+            moejit::KernelSpec s = override_fields(specs[0], item);
+            try {
+              s.validate();
+            } catch (const std::exception& e) {
+              fmt::print(stderr, "# {} {} {}: BENCH_SPECS '{}' skipped: {}\n", m.name, gemm, tokens, item, e.what());
+              continue;
+            }
+            specs.push_back(s);
           }
         }
         for (const moejit::KernelSpec& spec : specs) {

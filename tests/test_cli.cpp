@@ -92,6 +92,28 @@ TEST_CASE("cli: a preset's 4-bit weights are prewarmed (weights=mxfp4)", "[cli][
   CHECK(bad.out.find("weights='e4m3' (expected mxfp4 and/or nvfp4)") != std::string::npos);
 }
 
+TEST_CASE("cli: a layer preset prewarms route, fused GEMMs and combine; second run all hits", "[cli][prewarm][presets]") {
+  TempDir dir;
+  std::string cache = (dir.path() / "cache").string();
+  write_bytes(dir.path() / "layer.preset",
+              "experts=8\ntopk=2\nhidden=256\nintermediate=128\ntokens=16\nrouting=mixtral\n"
+              "up_fusion=fuse=gather,act=swiglu\ndown_fusion=fuse=scatter+weight\n");
+  std::string cmd = fmt::format("prewarm --model '{}' --arch sm_90a", (dir.path() / "layer.preset").string());
+  auto first = cli(cmd, cache);
+  INFO(first.out);
+  CHECK(first.code == 0);
+  // route + combine + the fused up and down GEMM (16 tokens: one tile each); no plain GEMMs.
+  CHECK(first.out.find("4 kernels: 4 built, 0 hit, 0 failed") != std::string::npos);
+  auto ls = cli("cache ls", cache).out;
+  CHECK(ls.find("routing:op=route,arch=sm_90a,logits=f32,experts=8,topk=2,score=topk_softmax") != std::string::npos);
+  CHECK(ls.find("routing:op=combine,arch=sm_90a,in=bf16,out=bf16,topk=2") != std::string::npos);
+  CHECK(ls.find("fuse=gather,act=swiglu") != std::string::npos);
+  CHECK(ls.find("fuse=scatter+weight,act=none") != std::string::npos);
+  CHECK(ls.find("fuse=none") == std::string::npos);
+  auto second = cli(cmd, cache);
+  CHECK(second.out.find("4 kernels: 0 built, 4 hit, 0 failed") != std::string::npos);
+}
+
 TEST_CASE("cli: compile, cache ls/verify/clear, corruption found", "[cli]") {
   TempDir dir;
   std::string cache = (dir.path() / "cache").string();

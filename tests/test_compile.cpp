@@ -83,7 +83,8 @@ std::vector<Compiled> compile_in_parallel(const std::vector<KernelSpec>& specs) 
   return out;
 }
 
-void check_variants(const std::vector<KernelSpec>& all, const std::string& what, const char* mma_instruction) {
+void check_variants(const std::vector<KernelSpec>& all, const std::string& what, const char* mma_instruction,
+                    const char* also_required = nullptr) {
   REQUIRE(!all.empty());
   std::string cuobjdump = cuobjdump_path();
   if (cuobjdump.empty()) FAIL("cuobjdump not found: run .ci/setup (pip package nvidia-cuda-cuobjdump) or set MOEJIT_CUOBJDUMP");
@@ -103,6 +104,10 @@ void check_variants(const std::vector<KernelSpec>& all, const std::string& what,
     std::string sass = sass_of(r.result.cubin, dir, fmt::format("k{}", i));
     CHECK(sass.find(mma_instruction) != std::string::npos);
     CHECK(sass.find("LDL") == std::string::npos);  // no local-memory traffic
+    if (also_required) {
+      CHECK(sass.find(also_required) != std::string::npos);
+      CHECK(sass.find("STL") == std::string::npos);
+    }
     max_ms = std::max(max_ms, r.result.wall_ms);
   }
   WARN(fmt::format("{} {} variants compiled; slowest NVRTC compile {:.0f} ms", all.size(), what, max_ms));
@@ -217,6 +222,16 @@ TEST_CASE("unfused kernels are generated exactly as before the fusions", "[compi
         std::string::npos);
   KernelSpec portable = KernelSpec::parse("arch=sm_80");
   CHECK(generate_source(portable, templates).source.find("FusionParams") == std::string::npos);
+  // CTA pairs along M add a trailing template argument; 1x2 is generated as before.
+  KernelSpec pair_n = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=1x2");
+  CHECK(generate_source(pair_n, templates).source.find("grouped_gemm<MOEJIT_CONFIG, 2>(p, tma_a, tma_b, tma_c);") !=
+        std::string::npos);
+  KernelSpec pair_m = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=2x1");
+  CHECK(generate_source(pair_m, templates).source.find("grouped_gemm<MOEJIT_CONFIG, 1, 2>(p, tma_a, tma_b, tma_c);") !=
+        std::string::npos);
+  pair_m.fusion.bias = true;
+  CHECK(generate_source(pair_m, templates).source.find("grouped_gemm<MOEJIT_CONFIG, 1, MoejitFusion, 2>(") !=
+        std::string::npos);
 }
 
 TEST_CASE("every portable variant compiles for sm_80 with HMMA and no spills", "[compile][nvrtc]") {
@@ -353,6 +368,44 @@ TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[
     INFO(s.to_text());
     CHECK((s.cluster_n == 2) == c.pair);
   }
+}
+
+// CTA pairs along M (cluster=2x1: B multicast; opt-in, docs/design.md): CI compiles two
+// (~10 s on 2 busy cores); "[pairs_m_all]" (hidden) every layout x scheduler x C type and fusions.
+namespace {
+std::vector<KernelSpec> pair_m_variants(bool all) {
+  std::vector<std::string> texts;
+  if (!all) {
+    texts = {"tile=128x256x64,stages=4,sched=dynamic,layout=masked",
+             "tile=128x256x64,stages=4,sched=static,c=f32,fuse=scatter+weight+bias"};
+  } else {
+    for (const char* layout : {"contiguous", "masked"})
+      for (const char* sched : {"static", "dynamic"})
+        for (const char* types : {"a=bf16,b=bf16,c=bf16", "a=f16,b=f16,c=f16", "a=bf16,b=bf16,c=f32"})
+          texts.push_back(fmt::format("tile=128x256x64,stages=4,layout={},sched={},{}", layout, sched, types));
+    texts.push_back("tile=128x128x64,stages=6,sched=dynamic");
+    texts.push_back("tile=128x192x64,stages=5,sched=static,c=f32");
+    texts.push_back("tile=128x256x64,stages=4,sched=dynamic,fuse=bias,act=swiglu,glu=split");
+    texts.push_back("tile=128x256x64,stages=4,sched=dynamic,fuse=bias,act=swiglu_oai");
+    texts.push_back("tile=128x256x64,stages=4,sched=static,c=f32,fuse=scatter+weight+atomic");
+  }
+  std::vector<KernelSpec> out;
+  for (auto& t : texts) {
+    KernelSpec s = KernelSpec::parse("family=hopper,cluster=2x1," + t);
+    s.validate();
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("2x1 CTA pairs compile with HGMMA, multicast TMA of B, no spills", "[compile][nvrtc][pairs_m]") {
+  check_variants(pair_m_variants(false), "hopper 2x1 pairs", "HGMMA", "UTMALDG.2D.MULTICAST");
+}
+
+TEST_CASE("2x1 CTA pairs: every layout, scheduler, C type and some fusions", "[.][pairs_m_all]") {
+  check_variants(pair_m_variants(true), "hopper 2x1 pairs (all)", "HGMMA", "UTMALDG.2D.MULTICAST");
 }
 
 TEST_CASE("compile errors carry the spec, the log and the source lines", "[compile][nvrtc]") {

@@ -67,11 +67,13 @@ const FusionCase kCases[] = {
 };
 
 // The tiles of each family that exercise different epilogue paths (hopper: staged C with one
-// or two consumer slices, direct stores, CTA pairs; portable: 64- and 128-row tiles).
+// or two consumer slices, direct stores, CTA pairs sharing A (1x2) and B (2x1, split-GLU B halves
+// from the two ranks); portable: 64- and 128-row tiles).
 std::vector<std::string> tile_texts(KernelFamily family) {
   if (family == KernelFamily::hopper)
     return {"tile=128x256x64,stages=4,sched=dynamic", "tile=64x256x64,stages=5,sched=static",
-            "tile=64x128x64,stages=6,sched=dynamic", "tile=128x128x64,stages=5,cluster=1x2,sched=static"};
+            "tile=64x128x64,stages=6,sched=dynamic", "tile=128x128x64,stages=5,cluster=1x2,sched=static",
+            "tile=128x256x64,stages=4,cluster=2x1,sched=dynamic"};
   return {"tile=128x128x32,stages=4,warps=2x4,sched=dynamic", "tile=64x128x32,stages=4,warps=2x4,sched=static",
           "tile=64x64x64,stages=3,warps=2x2,sched=dynamic"};
 }

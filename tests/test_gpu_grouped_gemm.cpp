@@ -23,9 +23,31 @@ Runtime& runtime() {
 
 double error_bound(DType c) { return c == DType::f32 ? 1e-5 : c == DType::f16 ? 5e-3 : 1e-2; }
 
+// CTA pairs along M sharing B (cluster=2x1): opt-in, the heuristic does not pick them, so they
+// are not among family_candidates; a handful of variants (both layouts and schedulers, each C
+// type, two B-half box sizes) run through every test case below, whose group sizes give odd
+// M-tile counts (rank 1 of the last pair without rows), empty groups and masked slabs.
+std::vector<KernelSpec> pair_m_specs() {
+  const Arch arch = runtime().arch();
+  if (!(arch.sm() == 90 && arch.arch_specific)) return {};
+  std::vector<KernelSpec> out;
+  for (const char* text : {"tile=128x256x64,stages=4,layout=contiguous,sched=static",
+                           "tile=128x256x64,stages=4,layout=contiguous,sched=dynamic",
+                           "tile=128x256x64,stages=4,layout=masked,sched=dynamic",
+                           "tile=128x256x64,stages=4,layout=masked,sched=static,c=f32",
+                           "tile=128x256x64,stages=4,layout=contiguous,sched=dynamic,a=f16,b=f16,c=f16",
+                           "tile=128x128x64,stages=6,layout=contiguous,sched=dynamic"}) {
+    KernelSpec s = KernelSpec::parse(fmt::format("family=hopper,arch={},cluster=2x1,{}", arch.to_text(), text));
+    s.validate();
+    out.push_back(s);
+  }
+  return out;
+}
+
 // Every config of every family that runs on this device, each layout × dtype × scheduler.
 std::vector<KernelSpec> all_specs() {
   std::vector<KernelSpec> out = family_candidates(runtime().arch(), KernelFamily::hopper);
+  for (auto& s : pair_m_specs()) out.push_back(s);
   for (auto& s : family_candidates(runtime().arch(), KernelFamily::portable)) out.push_back(s);
   if (const char* only = std::getenv("MOEJIT_TEST_FAMILY"))
     std::erase_if(out, [&](const KernelSpec& s) { return to_text(s.family) != only; });
@@ -115,6 +137,22 @@ TEST_CASE("every variant: one row in every group (decode)", "[gpu]") {
   for (auto& spec : all_specs()) {
     auto p = make_problem(spec, std::vector<int>(16, 1), 512, 256, rng);
     run_and_check(spec, p, "m=1");
+  }
+}
+
+TEST_CASE("2x1 CTA pairs: DeepSeek-V3-like groups (odd and even M-tile counts), counter reuse", "[gpu]") {
+  // 512 +- 22 rows per expert: 490 rows make 4 tiles (two full pairs), 534 make 5 (rank 1 of the
+  // third pair has no rows); 129 and 1 leave rank 1 idle, 383 makes a half-filled rank 1 tile.
+  std::mt19937 rng(2024);
+  auto specs = pair_m_specs();
+  if (specs.empty()) {
+    WARN("no sm_90a device: 2x1 CTA pairs not tested");
+    return;
+  }
+  for (auto& spec : specs) {
+    if (const char* only = std::getenv("MOEJIT_TEST_FAMILY"); only && to_text(spec.family) != only) continue;
+    auto p = make_problem(spec, {490, 534, 0, 129, 1, 512, 383, 534, 0, 490, 522, 256}, 640, 320, rng);
+    run_and_check(spec, p, "pairs-m", spec.scheduler == Scheduler::dynamic ? 3 : 1);
   }
 }
 

@@ -102,6 +102,7 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("act=silu,glu=split", {"glu=split", "act=silu"});
   require_rejected("glu=split", {"glu=split", "act=none"});
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=1x2,fuse=gather", {"fuse=gather", "cluster=1x1"});
+  require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=2x1,fuse=gather", {"fuse=gather", "cluster=1x1"});
   // Quantized operands: the portable family has every fusion; the Hopper FP8 / 4-bit kernels all but
   // gather (FP8) and split GLU (both).
   require_rejected("family=hopper,a=e4m3,b=e4m3,fuse=gather+bias", {"fuse=gather", "a=e4m3", "family=hopper", "TMA", "family=portable"});
@@ -172,6 +173,31 @@ TEST_CASE("4-bit weight-only hopper spec: defaults, canonical text, shared memor
   portable.validate();
   CHECK(portable.tile == TileShape{128, 128, 32});
   CHECK(portable.dynamic_smem_bytes() == KernelSpec::parse("family=portable,arch=sm_80,c=f32").dynamic_smem_bytes());
+}
+
+TEST_CASE("hopper CTA pairs: 1x2 (A shared) and 2x1 (B shared) with 128-row tiles only", "[spec]") {
+  for (const char* text : {"family=hopper,tile=128x256x64,stages=4,cluster=2x1",
+                           "family=hopper,tile=128x128x64,stages=6,cluster=2x1,layout=masked,sched=dynamic,c=f32",
+                           "family=hopper,tile=128x192x64,stages=5,cluster=2x1,a=f16,b=f16,c=f16",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,fuse=scatter+weight+bias",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,fuse=bias,act=swiglu,glu=split",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=1x2"}) {
+    INFO(text);
+    KernelSpec s = KernelSpec::parse(text);
+    CHECK_NOTHROW(s.validate());
+    CHECK(KernelSpec::parse(s.to_text()) == s);
+  }
+  KernelSpec a = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=2x1");
+  KernelSpec b = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=1x2");
+  CHECK(a.to_text().find("cluster=2x1") != std::string::npos);
+  CHECK(a.key() != b.key());
+  CHECK(a.dynamic_smem_bytes() == b.dynamic_smem_bytes());  // same stages, same C staging
+  require_rejected("family=hopper,tile=64x256x64,stages=5,cluster=2x1", {"cluster=2x1", "128-row tiles"});
+  require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=2x2", {"cluster=2x2"});
+  require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=4x1", {"cluster=4x1"});
+  require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=0x2", {"cluster=0x2"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=2x1", {"cluster=2x1"});
+  require_rejected("family=portable,arch=sm_90a,tile=128x128x32,cluster=2x1", {"cluster=2x1"});
 }
 
 TEST_CASE("FP8 hopper spec: defaults, canonical text, shared memory", "[spec]") {

@@ -152,11 +152,58 @@ TEST_CASE("heuristic and tuner keep the fusions; gather avoids CTA pairs", "[tun
   for (auto& c : tuning_candidates(problem, kHopper, 132)) {
     CHECK(c.fusion == problem.fusion);
     CHECK(c.cluster_n == 1);
+    CHECK(c.cluster_m == 1);
     CHECK_NOTHROW(c.validate());
   }
   problem.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
   CHECK(choose_spec(problem, kHopper, 132).cluster_n == 2);  // only gather rules pairs out
   CHECK(choose_spec(problem, kAmpere, 108).fusion == problem.fusion);
+}
+
+TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) for >= 256 rows per group, never the heuristic's", "[tuning]") {
+  auto count_pair_m = [](const std::vector<KernelSpec>& specs) {
+    int n = 0;
+    for (auto& s : specs) {
+      if (s.cluster_m != 2) continue;
+      ++n;
+      CHECK(s.cluster_n == 1);
+      CHECK(s.tile == TileShape{128, 256, 64});
+      CHECK(s.stages == 4);
+      CHECK_NOTHROW(s.validate());
+    }
+    return n;
+  };
+  struct Case {
+    int groups, rows_per_group, n, k;
+    int expected;  // 2x1 candidates: static and dynamic, or none
+  };
+  for (Case c : {Case{256, 512, 4096, 7168, 2},    // DeepSeek-V3 up 16384 tokens
+                 Case{256, 512, 7168, 2048, 2},    // DeepSeek-V3 down 16384
+                 Case{8, 4096, 4096, 14336, 2},    // Mixtral down 16384
+                 Case{8, 256, 28672, 4096, 2},     // 2 M tiles per group: the threshold
+                 Case{8, 255, 28672, 4096, 0},     // below it
+                 Case{256, 128, 4096, 7168, 0},    // DeepSeek-V3 up 4096: one M tile per expert
+                 Case{128, 1, 2048, 768, 0}}) {    // decode
+    std::vector<int> sizes(c.groups, c.rows_per_group);
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k,
+                  (long long)c.groups * c.rows_per_group, sizes};
+    INFO(c.groups << " groups of " << c.rows_per_group << " rows, N " << c.n << " K " << c.k);
+    CHECK(choose_spec(p, kHopper, 132).cluster_m == 1);
+    CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == c.expected);
+    CHECK(count_pair_m(tuning_candidates(p, kAmpere, 108)) == 0);  // portable: no clusters
+    p.layout = GroupLayout::masked;
+    CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == c.expected);
+  }
+  // Empty groups do not count: 4 experts of 1024 rows among 256 keep the 2x1 candidates.
+  std::vector<int> sparse(256, 0);
+  for (int g = 0; g < 4; ++g) sparse[g * 64] = 1024;
+  GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 4096, 7168, 4096, sparse};
+  CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
+  // fuse=gather: rejected by the spec, so no 2x1 candidate; other fusions keep them.
+  p.fusion = KernelSpec::parse("fuse=gather+bias,act=swiglu").fusion;
+  CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 0);
+  p.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
+  CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
 }
 
 TEST_CASE("tuning candidates: heuristic first, all valid and distinct, both schedulers", "[tuning]") {

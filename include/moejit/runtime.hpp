@@ -127,6 +127,9 @@ struct RuntimeOptions {
   // MOEJIT_AUTOTUNE=1). Off: stored results are used where present, the heuristic elsewhere.
   // Tuning synchronizes the stream: a bucket's first call must then not be under graph capture.
   bool autotune = false;
+  // Offline runtimes only: the SM count choose_spec assumes (prewarm for a device it cannot see;
+  // 0: 1). A runtime with a device uses the device's.
+  int offline_sm_count = 0;
 };
 
 struct TuneOptions {
@@ -158,7 +161,7 @@ class Runtime {
 
   const Arch& arch() const;
   bool has_device() const;
-  int sm_count() const;           // 0 offline
+  int sm_count() const;           // offline: options.offline_sm_count
   std::string device_name() const;
 
   // Builds (or fetches from memory/disk cache) the cubin for a spec. Thread-safe:

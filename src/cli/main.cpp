@@ -10,6 +10,7 @@
 #include <iostream>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -65,7 +66,10 @@ const char* kPrewarmHelp = R"(usage: moejit prewarm (--model NAME | --file FILE)
 
 Compiles, in parallel, every kernel the runtime will request:
   --model NAME   a preset from cache/presets (NAME.preset) or a path to a .preset file;
-                 the heuristic is run for each layer GEMM, token count, dtype and layout
+                 the runtime's heuristic (Runtime::choose_spec) is run for each layer GEMM,
+                 token count, dtype and layout, with the layer's fusions (up_fusion=,
+                 down_fusion=) and/or plain; plus the route kernel of routing= and the
+                 combine kernel of a scattering down GEMM. Keys: cache/README.md, "Presets".
   --file FILE    one spec per line ('#' starts a comment)
   --arch         target (default sm_90a); --sms: SM count the heuristic assumes (default 132)
   --jobs         compile threads (default: the number of cores)
@@ -141,12 +145,26 @@ int cmd_inspect(const std::vector<std::string>& args) {
   return kOk;
 }
 
-// Compiles specs on `jobs` threads; prints a progress line, then a summary. Returns failures.
-int compile_all(const std::vector<KernelSpec>& specs, int jobs, bool per_spec_lines) {
+// One kernel to build: a grouped GEMM or a routing kernel (route, combine).
+struct BuildItem {
+  std::optional<KernelSpec> gemm;
+  std::optional<RoutingSpec> routing;
+  Arch arch() const { return gemm ? gemm->arch : routing->arch; }
+  std::string text() const { return gemm ? gemm->to_text() : routing->to_text(); }
+};
+
+std::vector<BuildItem> gemm_items(const std::vector<KernelSpec>& specs) {
+  std::vector<BuildItem> items;
+  for (auto& s : specs) items.push_back({s, std::nullopt});
+  return items;
+}
+
+// Compiles items on `jobs` threads; prints a progress line, then a summary. Returns failures.
+int compile_all(const std::vector<BuildItem>& specs, int jobs, bool per_spec_lines, std::size_t unavailable = 0) {
   if (specs.empty()) return fmt::print("nothing to compile\n"), 0;
   std::map<std::string, std::unique_ptr<Runtime>> runtimes;  // one per arch, shared by threads
   for (auto& s : specs)
-    if (!runtimes.count(s.arch.to_text())) runtimes[s.arch.to_text()] = offline_runtime(s.arch);
+    if (!runtimes.count(s.arch().to_text())) runtimes[s.arch().to_text()] = offline_runtime(s.arch());
   std::atomic<std::size_t> next{0};
   std::atomic<int> built{0}, hit{0}, failed{0};
   std::mutex print_mutex;
@@ -157,13 +175,15 @@ int compile_all(const std::vector<KernelSpec>& specs, int jobs, bool per_spec_li
       std::string line;
       try {
         CacheOutcome outcome;
-        auto k = runtimes.at(specs[i].arch.to_text())->compile(specs[i], &outcome);
+        Runtime& rt = *runtimes.at(specs[i].arch().to_text());
+        Key128 key = specs[i].gemm ? rt.compile(*specs[i].gemm, &outcome)->cache_key
+                                   : compile_routing(rt, *specs[i].routing, &outcome)->cache_key;
         (outcome == CacheOutcome::compiled ? built : hit)++;
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        line = fmt::format("{:<10} {:8.1f} ms  {}  {}", outcome_text(outcome), ms, k->cache_key.hex(), specs[i].to_text());
+        line = fmt::format("{:<10} {:8.1f} ms  {}  {}", outcome_text(outcome), ms, key.hex(), specs[i].text());
       } catch (const std::exception& e) {
         failed++;
-        line = fmt::format("FAILED  {}\n{}", specs[i].to_text(), e.what());
+        line = fmt::format("FAILED  {}\n{}", specs[i].text(), e.what());
       }
       std::lock_guard lock(print_mutex);
       if (per_spec_lines || line.starts_with("FAILED")) fmt::print("\r{}\n", line);
@@ -177,8 +197,9 @@ int compile_all(const std::vector<KernelSpec>& specs, int jobs, bool per_spec_li
   for (auto& t : threads) t.join();
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fmt::print(stderr, "\n");
-  fmt::print("{} kernels: {} built, {} hit, {} failed in {:.2f} s (cache: {})\n", specs.size(), built.load(), hit.load(),
-             failed.load(), s, DiskCache(DiskCache::default_dir()).enabled() ? DiskCache::default_dir() : "off");
+  fmt::print("{} kernels: {} built, {} hit, {} failed in {:.2f} s (cache: {}){}\n", specs.size(), built.load(), hit.load(),
+             failed.load(), s, DiskCache(DiskCache::default_dir()).enabled() ? DiskCache::default_dir() : "off",
+             unavailable ? fmt::format("; {} not available in this build (listed above)", unavailable) : std::string());
   return failed;
 }
 
@@ -191,7 +212,7 @@ int cmd_compile(const std::vector<std::string>& args) {
     specs.push_back(KernelSpec::parse(a));
     specs.back().validate();
   }
-  return compile_all(specs, (int)std::thread::hardware_concurrency(), true) ? kFailed : kOk;
+  return compile_all(gemm_items(specs), (int)std::thread::hardware_concurrency(), true) ? kFailed : kOk;
 }
 
 int cmd_prewarm(const std::vector<std::string>& args) {
@@ -221,7 +242,12 @@ int cmd_prewarm(const std::vector<std::string>& args) {
   if (model.empty() == file.empty()) throw UsageError("prewarm: give exactly one of --model NAME or --file FILE");
   std::vector<KernelSpec> specs;
   if (!model.empty()) {
-    specs = preset_specs(load_preset(model), arch, sms);
+    PrewarmPlan plan = preset_plan(load_preset(model), arch, sms);
+    std::vector<BuildItem> items;
+    for (auto& r : plan.routing) items.push_back({std::nullopt, r});
+    for (auto& g : plan.gemms) items.push_back({g, std::nullopt});
+    for (auto& line : plan.unavailable) fmt::print("not available in this build: {}\n", line);
+    return compile_all(items, jobs, false, plan.unavailable.size()) ? kFailed : kOk;
   } else {
     std::ifstream in(file);
     if (!in) throw UsageError(fmt::format("prewarm: cannot read '{}'", file));
@@ -232,7 +258,7 @@ int cmd_prewarm(const std::vector<std::string>& args) {
       specs.back().validate();
     }
   }
-  return compile_all(specs, jobs, false) ? kFailed : kOk;
+  return compile_all(gemm_items(specs), jobs, false) ? kFailed : kOk;
 }
 
 // Fills device memory with random 16-bit numbers (bf16 and f16 alike: normal values in either

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +35,41 @@ std::vector<std::string> split(const std::string& text, char sep) {
     if (!item.empty()) out.push_back(item);
   return out;
 }
+// routing=SCORE[,renormalize][,groups=GxT][,scale=F] or a model's method (gpt_oss, mixtral,
+// qwen3_moe, deepseek_v3): include/moejit/routing.hpp, RoutingMethod.
+RoutingMethod parse_routing(const std::string& value, const std::string& where) {
+  auto items = split(value, ',');
+  if (items.empty()) throw InvalidArgument(fmt::format("{}: routing is empty", where));
+  RoutingMethod m;
+  const std::string& first = items[0];
+  if (first == "gpt_oss") m = RoutingMethod::gpt_oss();
+  else if (first == "mixtral") m = RoutingMethod::mixtral();
+  else if (first == "qwen3_moe") m = RoutingMethod::qwen3_moe();
+  else if (first == "deepseek_v3") m = RoutingMethod::deepseek_v3();
+  else if (first == "softmax_topk") m.score = RoutingScore::softmax_topk;
+  else if (first == "topk_softmax") m.score = RoutingScore::topk_softmax;
+  else if (first == "sigmoid_topk") m.score = RoutingScore::sigmoid_topk;
+  else
+    throw InvalidArgument(fmt::format("{}: routing method '{}' (expected softmax_topk, topk_softmax, sigmoid_topk, gpt_oss, "
+                                      "mixtral, qwen3_moe or deepseek_v3)", where, first));
+  for (std::size_t i = 1; i < items.size(); ++i) {
+    const std::string& item = items[i];
+    int g = 0, t = 0;
+    char x = 0;
+    if (item == "renormalize") m.renormalize = true;
+    else if (item.starts_with("groups=") && std::sscanf(item.c_str() + 7, "%d%c%d", &g, &x, &t) == 3 && x == 'x')
+      m.expert_groups = g, m.topk_groups = t;
+    else if (item.starts_with("scale=")) {
+      try {
+        m.scaling_factor = std::stof(item.substr(6));
+      } catch (...) {
+        throw InvalidArgument(fmt::format("{}: routing {} is not a number", where, item));
+      }
+    } else
+      throw InvalidArgument(fmt::format("{}: routing option '{}' (expected renormalize, groups=GxT or scale=F)", where, item));
+  }
+  return m;
+}
 }  // namespace
 
 std::vector<std::string> preset_names() {
@@ -57,6 +93,7 @@ ModelPreset load_preset(const std::string& name_or_path) {
   if (path.empty())
     throw InvalidArgument(fmt::format("preset '{}' not found (known: {})", name_or_path, fmt::join(preset_names(), ", ")));
   ModelPreset p;
+  std::optional<bool> plain;
   p.name = fs::path(path).stem().string();
   std::ifstream in(path);
   int line_no = 0;
@@ -99,37 +136,138 @@ ModelPreset load_preset(const std::string& name_or_path) {
     } else if (key == "layouts") {
       p.layouts.clear();
       for (auto& t : split(value, ',')) p.layouts.push_back(KernelSpec::parse("layout=" + t).layout);
+    } else if (key == "routing") {
+      p.routing = parse_routing(value, fmt::format("{}:{}", path, line_no));
+    } else if (key == "logits") {
+      p.logits.clear();
+      for (auto& t : split(value, ',')) {
+        DType l = KernelSpec::parse("a=" + t).a;
+        if (l != DType::f32 && l != DType::bf16 && l != DType::f16)
+          throw InvalidArgument(fmt::format("{}:{}: logits='{}' (expected f32, bf16 or f16)", path, line_no, t));
+        p.logits.push_back(l);
+      }
+    } else if (key == "up_fusion" || key == "down_fusion") {
+      // The spec's own fusion fields: fuse=gather+bias,act=swiglu_oai,glu=interleaved.
+      KernelSpec fields;
+      try {
+        fields = KernelSpec::parse(value);
+      } catch (const SpecError& e) {
+        throw InvalidArgument(fmt::format("{}:{}: {}: {}", path, line_no, key, e.what()));
+      }
+      if (!(KernelSpec::parse(to_text(fields.fusion)) == fields))
+        throw InvalidArgument(fmt::format("{}:{}: {}='{}' (expected only fuse=, act= and glu= fields)", path, line_no, key, value));
+      (key == "up_fusion" ? p.up_fusion : p.down_fusion) = fields.fusion;
+    } else if (key == "plain") {
+      if (value != "yes" && value != "no")
+        throw InvalidArgument(fmt::format("{}:{}: plain='{}' (expected yes or no)", path, line_no, value));
+      plain = value == "yes";
     } else
-      throw InvalidArgument(fmt::format("{}:{}: unknown key '{}' (known: experts, topk, hidden, intermediate, up_n, tokens, dtypes, weights, layouts)",
+      throw InvalidArgument(fmt::format("{}:{}: unknown key '{}' (known: experts, topk, hidden, intermediate, up_n, tokens, "
+                                        "dtypes, weights, layouts, routing, logits, up_fusion, down_fusion, plain)",
                                         path, line_no, key));
   }
+  p.plain = plain.value_or(!p.layer());
   if (p.experts < 1 || p.topk < 1 || p.hidden < 1 || p.intermediate < 1 || p.tokens.empty())
     throw InvalidArgument(fmt::format("{}: experts, topk, hidden, intermediate and tokens are required", path));
   if (p.up_n == 0) p.up_n = 2 * p.intermediate;
+  if (p.routing && p.routing->score == RoutingScore::sigmoid_topk &&
+      (p.routing->expert_groups < 1 || p.experts % p.routing->expert_groups != 0 ||
+       p.routing->topk_groups < 1 || p.routing->topk_groups > p.routing->expert_groups))
+    throw InvalidArgument(fmt::format("{}: routing groups={}x{} (expected experts={} split into equal groups, top groups <= groups)",
+                                      path, p.routing->expert_groups, p.routing->topk_groups, p.experts));
   return p;
 }
 
-std::vector<KernelSpec> preset_specs(const ModelPreset& p, const Arch& arch, int sm_count) {
-  std::vector<KernelSpec> specs;
+LayerGemmCall layer_gemm_call(const ModelPreset& p, LayerGemm gemm, DType ab_type, std::optional<DType> b_type,
+                              GroupLayout layout, int tokens, const Fusion& fusion) {
+  LayerGemmCall call;
+  GroupedGemmArgs& x = call.args;
+  const long long rows = (long long)tokens * p.topk;
+  const int active = (int)std::min<long long>(p.experts, rows);
+  std::vector<int> counts(p.experts, 0);
+  for (int e = 0; e < active; ++e) counts[e] = (int)(rows / active + (e < rows % active ? 1 : 0));
+  x.layout = layout;
+  x.ab_type = ab_type;
+  x.b_type = b_type;
+  // FP8 writes bf16 (the C type the FP8 kernels are measured with and the layer keeps).
+  x.c_type = ab_type == DType::e4m3 ? DType::bf16 : ab_type;
+  x.num_groups = p.experts;
+  x.n = gemm == LayerGemm::up ? p.up_n : p.hidden;
+  x.k = gemm == LayerGemm::up ? p.hidden : p.intermediate;
+  if (layout == GroupLayout::contiguous) {
+    call.groups.assign(1, 0);
+    for (int c : counts) call.groups.push_back(call.groups.back() + c);
+    x.total_rows = (int)rows;
+  } else {
+    call.groups = counts;
+    x.capacity = std::max(64, (*std::max_element(counts.begin(), counts.end()) + 63) / 64 * 64);
+  }
+  x.host_groups = call.groups;
+  x.fusion = fusion;
+  if (fusion.gather_a) x.num_tokens = tokens;
+  if (fusion.scatter_c) x.num_out_rows = (int)rows;  // [tokens, top_k, N_out] for combine
+  return call;
+}
+
+PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
+  PrewarmPlan plan;
+  RuntimeOptions options;
+  options.offline_sm_count = sm_count;
+  auto rt = Runtime::offline(arch, options);
   // (A/B type, B's type when it differs): each dtype, then bf16 activations with each 4-bit format.
   std::vector<std::pair<DType, std::optional<DType>>> formats;
   for (DType dtype : p.dtypes) formats.push_back({dtype, std::nullopt});
   for (DType w : p.weights) formats.push_back({DType::bf16, w});
-  for (auto [dtype, b_type] : formats)
-    for (GroupLayout layout : p.layouts)
-      for (int tokens : p.tokens)
-        for (auto [n, k] : {std::pair{p.up_n, p.hidden}, std::pair{p.hidden, p.intermediate}}) {
-          // Balanced routing: each of min(E, tokens·topk) experts gets an equal share of rows.
-          long long rows = (long long)tokens * p.topk;
-          int active = (int)std::min<long long>(p.experts, rows);
-          std::vector<int> group_rows(p.experts, 0);
-          for (int e = 0; e < active; ++e) group_rows[e] = (int)(rows / active + (e < rows % active ? 1 : 0));
-          // FP8 output is bf16 (the C type the FP8 kernels are measured with).
-          GemmProblem problem{layout, dtype, dtype == DType::e4m3 ? DType::bf16 : dtype, p.experts, n, k, rows, group_rows, b_type};
-          KernelSpec spec = choose_spec(problem, arch, sm_count);
-          if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
-        }
-  return specs;
+  // The fusions each GEMM is served with: the layer's, then none when plain kernels are kept.
+  std::vector<std::pair<Fusion, Fusion>> variants;
+  if (p.layer()) variants.push_back({p.up_fusion.value_or(Fusion{}), p.down_fusion.value_or(Fusion{})});
+  if (p.plain) variants.push_back({Fusion{}, Fusion{}});
+  std::vector<DType> combine_inputs;
+  for (auto [up_fusion, down_fusion] : variants)
+    for (auto [dtype, b_type] : formats)
+      for (GroupLayout layout : p.layouts)
+        for (int tokens : p.tokens)
+          for (auto [gemm, fusion] : {std::pair{LayerGemm::up, up_fusion}, std::pair{LayerGemm::down, down_fusion}}) {
+            LayerGemmCall call = layer_gemm_call(p, gemm, dtype, b_type, layout, tokens, fusion);
+            try {
+              KernelSpec spec = rt->choose_spec(call.args);
+              if (std::find(plan.gemms.begin(), plan.gemms.end(), spec) == plan.gemms.end()) plan.gemms.push_back(spec);
+              if (gemm == LayerGemm::down && fusion.scatter_c && !fusion.atomic &&
+                  std::find(combine_inputs.begin(), combine_inputs.end(), spec.c) == combine_inputs.end())
+                combine_inputs.push_back(spec.c);
+            } catch (const SpecError& e) {
+              std::string line = fmt::format("{}: {}", gemm == LayerGemm::up ? "up" : "down", e.what());
+              if (std::find(plan.unavailable.begin(), plan.unavailable.end(), line) == plan.unavailable.end())
+                plan.unavailable.push_back(line);
+            }
+          }
+  if (p.routing) {
+    for (DType logits : p.logits) {
+      RoutingArgs r;
+      r.logits_type = logits;
+      r.num_experts = p.experts;
+      r.top_k = p.topk;
+      r.method = *p.routing;
+      RoutingSpec spec = RoutingSpec::for_route(r, arch);
+      spec.validate();
+      if (std::find(plan.routing.begin(), plan.routing.end(), spec) == plan.routing.end()) plan.routing.push_back(spec);
+    }
+  }
+  // The scattered [tokens, top_k, N] rows of the down GEMM, summed per token into its C type.
+  for (DType in : combine_inputs) {
+    CombineArgs c;
+    c.top_k = p.topk;
+    c.n = p.hidden;
+    c.input_type = c.output_type = in;
+    RoutingSpec spec = RoutingSpec::for_combine(c, arch);
+    spec.validate();
+    if (std::find(plan.routing.begin(), plan.routing.end(), spec) == plan.routing.end()) plan.routing.push_back(spec);
+  }
+  return plan;
+}
+
+std::vector<KernelSpec> preset_specs(const ModelPreset& p, const Arch& arch, int sm_count) {
+  return preset_plan(p, arch, sm_count).gemms;
 }
 
 }  // namespace moejit

@@ -59,7 +59,11 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
       fmt::arg("type_c", dtype_code(spec.c)), fmt::arg("layout", layout_code(spec.layout)),
       fmt::arg("scheduler", scheduler_code(spec.scheduler)), fmt::arg("smem_bytes", spec.dynamic_smem_bytes()),
       fmt::arg("threads", spec.threads_per_cta()), fmt::arg("min_ctas", spec.min_ctas_per_sm()),
-      fmt::arg("cluster_n", spec.cluster_n), fmt::arg("fusion", fusion_code(spec.fusion)));
+      fmt::arg("cluster_n", spec.cluster_n),
+      // CTA pairs along M (cluster=2x1) add a trailing template argument; 1x1 and 1x2 kernels are
+      // generated exactly as before it.
+      fmt::arg("cluster_m_arg", spec.cluster_m == 1 ? std::string() : fmt::format(", {}", spec.cluster_m)),
+      fmt::arg("fusion", fusion_code(spec.fusion)));
   return out;
 }
 

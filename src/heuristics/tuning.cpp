@@ -15,12 +15,19 @@ struct TileConfig {
   TileShape tile;
   int stages, warps_m, warps_n;
   int cluster_n = 1;  // CTAs along N sharing A (TMA multicast); skipped where the spec rejects it
+  int cluster_m = 1;  // CTAs along M sharing B (TMA multicast); only for >= 256 rows per group
 };
 // Hopper: the tiles of the v2 sweep, each with the most stages that fit (228 KB per SM).
 constexpr TileConfig kHopperTiles[] = {
     {{64, 256, 64}, 5, 1, 1}, {{128, 256, 64}, 4, 1, 1}, {{128, 192, 64}, 5, 1, 1},
     {{128, 128, 64}, 6, 1, 1}, {{64, 128, 64}, 6, 1, 1}, {{128, 256, 64}, 4, 1, 1, 2},
+    // CTA pairs along M sharing B (cluster=2x1): opt-in, not measured yet (docs/perf.md, "v5
+    // candidate"); the heuristic never picks it, so the tuner is where it gets timed.
+    {{128, 256, 64}, 4, 1, 1, 1, 2},
 };
+// 2x1 pairs take M tiles 2i, 2i+1 of one group: with fewer than two 128-row tiles per group the
+// pair's second CTA would mostly only pass B on.
+constexpr double kPairMMinRowsPerGroup = 256;
 // FP8 block-scaled: the two tiles its kernel implements (K = one 128-wide scale block).
 constexpr TileConfig kFp8Tiles[] = {{{64, 256, 128}, 5, 1, 1}, {{128, 128, 128}, 6, 1, 1}};
 // 4-bit weight-only: tokens per tile (16/32 compile but were not yet timed on a GPU).
@@ -134,14 +141,20 @@ std::size_t ShapeBucketHash::operator()(const ShapeBucket& b) const noexcept {
 std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch& arch, int sm_count) {
   KernelSpec chosen = choose_spec(problem, arch, sm_count);
   std::vector<KernelSpec> out = {chosen};
+  long long active = 0, rows = 0;
+  for (int r : problem.group_rows)
+    if (r > 0) ++active, rows += r;
+  if (problem.group_rows.empty()) active = problem.num_groups, rows = problem.total_rows;
+  const double mean_rows = active ? double(rows) / double(active) : 0.0;
   auto add = [&](const TileConfig& t) {
+    if (t.cluster_m != 1 && mean_rows < kPairMMinRowsPerGroup) return;
     for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {
       KernelSpec s = chosen;
       s.tile = t.tile;
       s.stages = t.stages;
       s.warps_m = t.warps_m;
       s.warps_n = t.warps_n;
-      s.cluster_m = 1;
+      s.cluster_m = t.cluster_m;
       s.cluster_n = t.cluster_n;
       s.scheduler = sched;
       if (s.family == KernelFamily::portable && (arch.sm() == 86 || arch.sm() == 89)) s.stages = 3;

@@ -232,15 +232,18 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, fusion.gather_a ? (std::uint64_t)args.num_tokens : rows,
                                                args.k, 64, 64);
     TmaDescriptor tma_b = make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k,
-                                               fusion.glu_activation() && fusion.glu == GluLayout::split ? slice_n / 2
-                                                                                                          : spec.tile.n,
+                                               // split GLU: half a slice; 2x1 pairs: each rank loads half the tile
+                                               (fusion.glu_activation() && fusion.glu == GluLayout::split) || spec.cluster_m == 2
+                                                   ? slice_n / 2
+                                                   : spec.tile.n,
                                                64);
     std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
     TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c));
     void* params[] = {&p, &tma_a, &tma_b, &tma_c, &fp};  // the unfused kernel takes the first four
     CUlaunchAttribute cluster{};
-    if (spec.cluster_n == 2) {
-      // CTA pairs on neighbouring N tiles (A multicast): an even grid, one pair at least.
+    if (spec.cluster_m * spec.cluster_n == 2) {
+      // CTA pairs on neighbouring N tiles (1x2, A multicast) or M tiles (2x1, B multicast): an
+      // even grid, one pair at least.
       config.gridDimX = std::max(2u, config.gridDimX & ~1u);
       cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
       cluster.value.clusterDim.x = 2;
@@ -265,6 +268,7 @@ Runtime::Runtime(RuntimeOptions options, std::optional<Arch> offline_arch) {
   if (const char* env = std::getenv("MOEJIT_AUTOTUNE"); env && *env && *env != '0') options.autotune = true;
   if (offline_arch) {
     impl_ = std::make_unique<Impl>(options, *offline_arch);
+    impl_->sm_count = std::max(options.offline_sm_count, 0);
     return;
   }
   const DriverApi& api = driver();

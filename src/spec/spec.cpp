@@ -309,15 +309,17 @@ void KernelSpec::validate() const {
            moejit::to_text(b));
     if (fusion.atomic && !fusion.scatter_c) fail("fuse=atomic needs fuse=scatter (atomics accumulate scattered rows)");
     if (fusion.atomic && c != DType::f32) fail("fuse=atomic with c={} (atomic accumulation needs c=f32)", moejit::to_text(c));
-    if (fusion.gather_a && family == KernelFamily::hopper && cluster_n != 1)
+    if (fusion.gather_a && family == KernelFamily::hopper && (cluster_m != 1 || cluster_n != 1))
       fail("fuse=gather with cluster={}x{} (gathered A rows are not multicast: use cluster=1x1)", cluster_m, cluster_n);
   }
   if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
     fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));
   if (cluster_m != 1 || cluster_n != 1) {
-    // Hopper: pairs of CTAs on neighbouring N tiles share A through TMA multicast.
-    bool hopper_pair = family == KernelFamily::hopper && cluster_m == 1 && cluster_n == 2 && tile.m == 128;
-    if (!hopper_pair) fail("cluster={}x{} (implemented: 1x1; hopper with 128-row tiles: 1x2)", cluster_m, cluster_n);
+    // Hopper: pairs of CTAs on neighbouring N tiles share A (1x2), on neighbouring M tiles share B
+    // (2x1, opt-in: the heuristic does not pick it), through TMA multicast.
+    bool hopper_pair = family == KernelFamily::hopper && ((cluster_m == 1 && cluster_n == 2) || (cluster_m == 2 && cluster_n == 1)) &&
+                       tile.m == 128;
+    if (!hopper_pair) fail("cluster={}x{} (implemented: 1x1; hopper with 128-row tiles: 1x2, 2x1)", cluster_m, cluster_n);
   }
 
   if (family == KernelFamily::portable) {

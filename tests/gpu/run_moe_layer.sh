@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (the device tool), from the repository root, with the build folder carried
-# over: the routing GPU tests, then the fused MoE layer (examples/moe_layer) and the same layer
+# over: the routing GPU tests, then the fused MoE layer (on a cache folder prewarmed from the
+# models' presets, checking that the layer compiles nothing more) (examples/moe_layer) and the same layer
 # composed of torch operations around torch._grouped_mm (tests/gpu/moe_layer_peers.py), at the
 # same models and token counts. Both print CSV "model,tokens,what,ms"; everything lands in $OUT.
 # gpt-oss-120b runs a second time with MXFP4 weights (moe_layer_mxfp4.csv/txt).
@@ -21,9 +22,28 @@ echo "== routing GPU tests"
 "$BUILD"/tests/moejit_gpu_tests "[routing]" 2>&1 | tee "$OUT/gpu_routing_tests.txt" | tail -25
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
-echo "== moejit fused layer"
-"$BUILD"/examples/moe_layer --model "$MODELS" --tokens "$TOKENS" > "$OUT/moe_layer.csv" 2> "$OUT/moe_layer.txt" || status=1
+echo "== moejit fused layer, after prewarming the models' presets into a fresh cache folder"
+# Prewarm must build every kernel the layer requests (issue 6): run the layer on a cache folder
+# that holds only the prewarmed kernels and check that it added none. --sms 132: the H100 SXM
+# (the layer's runtime uses the device's SM count; a different GPU can request other specs).
+PREWARM_CACHE=$(mktemp -d /tmp/moejit-prewarm.XXXXXX)
+for m in ${MODELS//,/ }; do
+  MOEJIT_CACHE_DIR=$PREWARM_CACHE "$BUILD"/moejit prewarm --model "$m" --arch sm_90a --sms 132 2>/dev/null \
+    | grep -v '^not available' | tee -a "$OUT/prewarm.txt" || status=1
+done
+MOEJIT_CACHE_DIR=$PREWARM_CACHE "$BUILD"/moejit cache ls | awk '{print $4}' | sort > "$OUT/prewarm_before.txt"
+MOEJIT_CACHE_DIR=$PREWARM_CACHE "$BUILD"/examples/moe_layer --model "$MODELS" --tokens "$TOKENS" > "$OUT/moe_layer.csv" \
+  2> "$OUT/moe_layer.txt" || status=1
 cat "$OUT/moe_layer.txt"
+MOEJIT_CACHE_DIR=$PREWARM_CACHE "$BUILD"/moejit cache ls | awk '{print $4}' | sort > "$OUT/prewarm_after.txt"
+# The layer's unfused reference GEMMs (the fusion-overhead columns) are not part of the served layer:
+# qwen3-30b-a3b.preset has plain=no, so new fuse=none entries are not counted as misses.
+diff "$OUT/prewarm_before.txt" "$OUT/prewarm_after.txt" | grep '^>' | grep -v 'fuse=none,act=none' > "$OUT/prewarm_missed.txt"
+if [ ! -s "$OUT/prewarm_missed.txt" ]; then
+  echo "prewarm covered the layer: no route, combine or fused GEMM kernel compiled after it"
+else
+  echo "FAILED: the layer compiled kernels prewarm did not build:"; cat "$OUT/prewarm_missed.txt"; status=1
+fi
 
 echo "== moejit fused layer, gpt-oss-120b with MXFP4 weights (Hopper 4-bit kernel with its fusions)"
 "$BUILD"/examples/moe_layer --model gpt-oss-120b --weights mxfp4 --tokens "$TOKENS" > "$OUT/moe_layer_mxfp4.csv" \

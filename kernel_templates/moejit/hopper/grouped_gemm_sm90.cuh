@@ -59,12 +59,20 @@ __host__ __device__ constexpr int smem_bytes() {
 // (the empty barriers count 16 warps, half of them arriving from the peer), and the dynamic
 // scheduler's tile numbers come from rank 0, which writes them into both CTAs' rings.
 //
+// kClusterM == 2 (opt-in, not yet measured on a GPU): CTA pairs (a 2x1 cluster) take the two M
+// tiles 2i, 2i+1 of one (group, N tile) and share the larger operand, B: each loads one half of the
+// B tile (kBlockN/2 rows: the B map's box; split GLU: rank 0 the gate box, rank 1 the up box) and
+// multicasts it to both, so a CTA pulls 16 + 16 = 32 KB per 128x256x64 k-block. A group with an
+// odd M-tile count leaves rank 1 without rows in its last pair: that CTA still loads and
+// multicasts its half of B for every k-block (loading no A), its consumers only pass the stages
+// on, and it stores nothing. Barriers and the tile ring work as for 1x2.
+//
 // Fuse (common/fusion.cuh) and f (null without fusions): the fusions (docs/design.md, "Fusions"). fuse=gather: the whole
 // producer warp copies A row by row with cp.async into the swizzled stage (tma_a is unused);
 // fuse=bias: the accumulators start at the bias; glu=split: B comes in two boxes per consumer slice (gate rows,
 // up rows; tma_b has kWgN/2-row boxes); the epilogue runs in fused_epilogue.cuh.
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
-          int kClusterN, class Fuse>
+          int kClusterN, class Fuse, int kClusterM = 1>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
                                              const TmaDescriptor& tma_b, const TmaDescriptor& tma_c,
                                              const FusionParams* f) {
@@ -76,8 +84,9 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
                 "stages do not fit in 227 KB of shared memory");
   static_assert(kTypeAB == kBF16 || kTypeAB == kF16, "A/B must be bf16 or f16");
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
-  static_assert(kClusterN == 1 || (kClusterN == 2 && kBlockM == 128), "clusters: 1x1, or 1x2 with 128-row tiles");
-  static_assert(!(Fuse::gather && kClusterN != 1), "gathered A rows are not multicast: fuse=gather needs cluster 1x1");
+  static_assert((kClusterM == 1 && kClusterN == 1) || (kClusterM * kClusterN == 2 && kBlockM == 128),
+                "clusters: 1x1, or 1x2 / 2x1 with 128-row tiles");
+  static_assert(!(Fuse::gather && kClusterM * kClusterN != 1), "gathered A rows are not multicast: fuse=gather needs cluster 1x1");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // columns one consumer warpgroup computes
@@ -97,7 +106,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   constexpr int kConsumerWarps = 8;
   constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
   constexpr bool kStaged = c_staged<kBlockM, kBlockN, kStages>();
-  constexpr bool kPaired = kClusterN == 2;
+  constexpr bool kPairN = kClusterN == 2;  // 1x2: the pair shares A
+  constexpr bool kPairM = kClusterM == 2;  // 2x1: the pair shares B
+  constexpr bool kPaired = kPairN || kPairM;
+  constexpr unsigned kBHalfBytes = kBBytes / 2;  // 2x1: the B rows one rank loads
   const unsigned rank = kPaired ? cluster_ctarank() : 0u;
   const unsigned peer = rank ^ 1u;
   const int cluster_id = kPaired ? cluster_id_x() : (int)blockIdx.x;
@@ -126,7 +138,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     for (int s = 0; s < kStages; ++s) {
       // fuse=gather: + one cp.async arrival per producer lane (the rows of A come by cp.async).
       mbarrier_init(full_bars + 8 * s, Fuse::gather ? 1 + 32 : 1);
-      mbarrier_init(empty_bars + 8 * s, kConsumerWarps * kClusterN);
+      mbarrier_init(empty_bars + 8 * s, kConsumerWarps * (kPaired ? 2 : 1));
     }
     for (int r = 0; r < kTileRing; ++r) {
       mbarrier_init(tile_full_bars + 8 * r, 1);
@@ -143,8 +155,9 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 
   const int num_k_blocks = (p.k + kBlockK - 1) / kBlockK;
   const int warpgroup = threadIdx.x / 128;
-  // Paired: the cursor walks (group, M tile, pair of N tiles); this CTA's N tile is 2 j + rank.
-  GroupTileCursor<kLayout, kBlockM, kBlockN * kClusterN> cursor;
+  // 1x2: the cursor walks (group, M tile, pair of N tiles); this CTA's N tile is 2 j + rank.
+  // 2x1: it walks (group, pair of M tiles, N tile); this CTA's M tile is 2 i + rank.
+  GroupTileCursor<kLayout, kBlockM * kClusterM, kBlockN * kClusterN> cursor;
   TileCoord tile;
 
   if (warpgroup == 0) {
@@ -191,13 +204,17 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           if (kDynamic && rank == 0 && producer_leader && tile_index == cursor.tiles_before + clusters - 1) atomicExch(p.tile_counter, 0);
           break;
         }
-        const int n_block = tile.n_block * kClusterN + (int)rank;
-        const bool has_b = !kPaired || n_block * kBlockN < p.n;  // paired: odd N-tile count leaves rank 1 idle
+        if constexpr (kPairM) tile.m_block = tile.m_block * 2 + (int)rank;
+        const int n_block = kPairN ? tile.n_block * 2 + (int)rank : tile.n_block;
+        const bool has_b = !kPairN || n_block * kBlockN < p.n;  // 1x2: odd N-tile count leaves rank 1 idle
+        // 2x1: odd M-tile count leaves rank 1 without rows (it still multicasts its half of B).
+        const bool has_a = !kPairM || tile.m_block * kBlockM < tile.group_rows;
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + n_block * kBlockN;
         // A 128-row tile whose group ends in its first half needs only that half of A.
         const bool a_upper = kBlockM == 128 && tile.m_block * kBlockM + 64 < tile.group_rows;
-        const unsigned tx_bytes = (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
+        const unsigned tx_bytes = kPairM ? (has_a ? (a_upper ? kABytes : kAHalfBytes) : 0u) + kBBytes
+                                         : (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
         if constexpr (Fuse::gather) {
           // fuse=gather: the producer warp copies A row by row with cp.async (16-byte chunks into
           // the 128B-swizzled position: chunk c of tile row r at r * 128 + ((c ^ r % 8) * 16) of the
@@ -254,7 +271,25 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           const unsigned full = full_bars + 8 * stage;
           const unsigned a_stage = a_stages + stage * kABytes;
-          if constexpr (kPaired) {
+          if constexpr (kPairM) {
+            // Rank r loads its own A and B half r into both CTAs (both CTAs' consumers freed the
+            // slot). This CTA's full barrier expects its A and the whole B tile: half of B is
+            // multicast by the peer, whose bytes may land before this arrive.expect_tx (the
+            // barrier's phase cannot complete before this thread's arrival).
+            mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+            mbarrier_arrive_expect_tx(full, tx_bytes);
+            if (has_a) {
+              tma_load_2d(a_stage, tma_a, full, kb * kBlockK, a_row);
+              if (a_upper) tma_load_2d(a_stage + kAHalfBytes, tma_a, full, kb * kBlockK, a_row + 64);
+            }
+            const int b_half_row = Fuse::glu_split
+                                       ? tile.group * p.n + split_glu_box_row(p.n, n_block, kBlockN, kWgN, 0, (int)rank)
+                                       : b_row + (int)rank * (kBlockN / 2);
+            tma_load_2d_multicast(b_stages + stage * kBBytes + rank * kBHalfBytes, tma_b, full, kb * kBlockK,
+                                  b_half_row, 3);
+            if (++stage == kStages) stage = 0, phase ^= 1;
+            continue;
+          } else if constexpr (kPairN) {
             // Rank r loads A half r into both CTAs: both CTAs' consumers must have freed the slot.
             mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
             mbarrier_arrive_expect_tx(full, tx_bytes);
@@ -336,14 +371,15 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         tile_index = cluster_id + tile_iter * clusters;
       }
       if (!cursor.seek(p, tile_index, tile)) break;
-      const int n_block = tile.n_block * kClusterN + (int)rank;
+      if constexpr (kPairM) tile.m_block = tile.m_block * 2 + (int)rank;
+      const int n_block = kPairN ? tile.n_block * 2 + (int)rank : tile.n_block;
 
       // Rows of this warpgroup inside the group (group-local): none when the group ends in the
       // tile's first half; the second consumer then only passes the stages on (half the MMA time
       // for such a tile: 512 +- 22-row groups pad ~6% instead of ~12% of 128-row tiles).
       const int m_first = tile.m_block * kBlockM + tile_row0;
       const int rows_here = tile.group_rows - m_first;
-      const bool computes = rows_here > 0 && (!kPaired || n_block * kBlockN < p.n);
+      const bool computes = rows_here > 0 && (!kPairN || n_block * kBlockN < p.n);
 
       if (!computes) {
         // Only hand the stages back (the empty barriers count every consumer warp). A separate
@@ -410,10 +446,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 
 // The unfused kernel (its generated code is unchanged by the fusions).
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
-          int kClusterN = 1>
+          int kClusterN = 1, int kClusterM = 1>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
                                              const TmaDescriptor& tma_b, const TmaDescriptor& tma_c) {
-  grouped_gemm<kBlockM, kBlockN, kStages, kTypeAB, kTypeC, kLayout, kScheduler, kClusterN, NoFusion>(
+  grouped_gemm<kBlockM, kBlockN, kStages, kTypeAB, kTypeC, kLayout, kScheduler, kClusterN, NoFusion, kClusterM>(
       p, tma_a, tma_b, tma_c, nullptr);  // a pointer: a FusionParams{} temporary renumbered the PTX
 }
 

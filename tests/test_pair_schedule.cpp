@@ -1,0 +1,168 @@
+// Host model of the Hopper kernel's 2x1 CTA-pair schedule (kernel_templates/moejit/hopper/
+// grouped_gemm_sm90.cuh): the same GroupTileCursor (common/scheduler.cuh, compiled here for the
+// host through the shims below) over 256-row pair tiles, and the kernel's mapping of a pair tile
+// to rank r's 128-row M tile 2i + r. Checks, for group sizes like DeepSeek-V3's (odd and even
+// M-tile counts), empty groups and both layouts, with the static and the dynamic scheduler:
+//  - every 128-row tile that holds rows of a group is computed by exactly one CTA;
+//  - the two CTAs of a cluster walk the same pair tiles (lockstep: same count, same B tile);
+//  - a rank without rows (odd M-tile count) is counted, and only rank 1 ever has none;
+//  - the dynamic counter's last fetch is total + clusters - 1 (the reset the kernel relies on).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#define __device__
+#define __forceinline__ inline
+namespace {
+template <class T>
+T __ldg(const T* p) {
+  return *p;
+}
+using std::max;
+using std::min;
+// Used only by the counter helpers, which this model does not call.
+int atomicAdd(int* p, int v) { return std::exchange(*p, *p + v); }
+int atomicExch(int* p, int v) { return std::exchange(*p, v); }
+struct {
+  unsigned x = 1;
+} gridDim;
+}  // namespace
+#include "moejit/common/scheduler.cuh"
+
+using namespace moejit;
+
+namespace {
+
+constexpr int kBlockM = 128, kBlockN = 256;
+
+struct Work {
+  int group, m_block, n_block;
+  bool operator<(const Work& o) const { return std::tie(group, m_block, n_block) < std::tie(o.group, o.m_block, o.n_block); }
+  bool operator==(const Work& o) const { return std::tie(group, m_block, n_block) == std::tie(o.group, o.m_block, o.n_block); }
+};
+
+struct Outcome {
+  std::map<Work, int> computed;  // CTA tiles with rows, and how often each was computed
+  long long idle_rank_tiles = 0;  // CTA tiles of a rank without rows
+  int last_fetch = -1;            // dynamic: the largest tile number fetched
+  long long pair_tiles = 0;
+};
+
+// One cluster's walk: the tile numbers its rank 0 gets (static: cluster + i * clusters; dynamic:
+// from the shared counter, handed to rank 1 through the ring: the same numbers), each rank with
+// its own cursor, as in the kernel.
+template <int kLayout>
+void walk(const GroupedGemmParams& p, const std::vector<int>& tile_numbers, Outcome& out) {
+  GroupTileCursor<kLayout, 2 * kBlockM, kBlockN> cursor[2];
+  for (int t : tile_numbers) {
+    TileCoord tile[2];
+    bool ok[2];
+    for (int rank = 0; rank < 2; ++rank) {
+      ok[rank] = cursor[rank].seek(p, t, tile[rank]);
+      if (ok[rank]) tile[rank].m_block = tile[rank].m_block * 2 + rank;  // the kernel's rewrite
+    }
+    REQUIRE(ok[0] == ok[1]);  // both ranks stop at the same tile number
+    if (!ok[0]) break;
+    ++out.pair_tiles;
+    CHECK(tile[0].group == tile[1].group);  // same B tile: group and N block
+    CHECK(tile[0].n_block == tile[1].n_block);
+    for (int rank = 0; rank < 2; ++rank) {
+      const TileCoord& c = tile[rank];
+      const bool has_rows = c.m_block * kBlockM < c.group_rows;  // the producer's has_a, the consumers' rows_here > 0
+      if (has_rows) {
+        ++out.computed[{c.group, c.m_block, c.n_block}];
+      } else {
+        CHECK(rank == 1);  // a pair tile exists only where rank 0's M tile has rows
+        ++out.idle_rank_tiles;
+      }
+    }
+  }
+}
+
+template <int kLayout>
+Outcome run(const GroupedGemmParams& p, int clusters, bool dynamic, long long total_pair_tiles, std::mt19937& rng) {
+  Outcome out;
+  if (!dynamic) {
+    for (int c = 0; c < clusters; ++c) {
+      std::vector<int> numbers;
+      for (long long t = c; t <= total_pair_tiles; t += clusters) numbers.push_back((int)t);  // one past the end
+      walk<kLayout>(p, numbers, out);
+    }
+    return out;
+  }
+  // Dynamic: clusters fetch in a random interleaving; each keeps fetching until a fetch lands
+  // past the end (every cluster's last fetch does).
+  std::vector<std::vector<int>> numbers(clusters);
+  std::vector<bool> done(clusters, false);
+  int counter = 0, running = clusters;
+  while (running > 0) {
+    int c = (int)(rng() % clusters);
+    if (done[c]) continue;
+    int t = counter++;
+    numbers[c].push_back(t);
+    out.last_fetch = std::max(out.last_fetch, t);
+    if (t >= total_pair_tiles) done[c] = true, --running;
+  }
+  for (int c = 0; c < clusters; ++c) walk<kLayout>(p, numbers[c], out);
+  return out;
+}
+
+void check_schedule(const std::vector<int>& rows, int n, bool masked, int clusters, bool dynamic, std::mt19937& rng) {
+  INFO("groups " << rows.size() << " n " << n << (masked ? " masked" : " contiguous") << " clusters " << clusters
+                 << (dynamic ? " dynamic" : " static"));
+  const int groups = (int)rows.size();
+  std::vector<int> offsets(groups + 1, 0), counts(rows);
+  for (int g = 0; g < groups; ++g) offsets[g + 1] = offsets[g] + rows[g];
+  const int capacity = *std::max_element(rows.begin(), rows.end()) + 9;
+  GroupedGemmParams p{};
+  p.group_offsets = offsets.data();
+  p.group_counts = counts.data();
+  p.num_groups = groups;
+  p.n = n;
+  p.capacity = capacity;
+  p.total_rows = masked ? capacity * groups : offsets[groups];
+
+  const int n_tiles = (n + kBlockN - 1) / kBlockN;
+  long long pair_tiles = 0, expected_idle = 0;
+  std::map<Work, int> expected;
+  for (int g = 0; g < groups; ++g) {
+    const int m_tiles = (rows[g] + kBlockM - 1) / kBlockM;
+    pair_tiles += (long long)((m_tiles + 1) / 2) * n_tiles;
+    expected_idle += (long long)(m_tiles % 2) * n_tiles;
+    for (int m = 0; m < m_tiles; ++m)
+      for (int j = 0; j < n_tiles; ++j) expected[{g, m, j}] = 1;
+  }
+  Outcome out = masked ? run<kLayoutMasked>(p, clusters, dynamic, pair_tiles, rng)
+                       : run<kLayoutContiguous>(p, clusters, dynamic, pair_tiles, rng);
+  CHECK(out.pair_tiles == pair_tiles);
+  CHECK(out.computed == expected);  // each tile with rows exactly once, nothing else
+  CHECK(out.idle_rank_tiles == expected_idle);
+  if (dynamic) CHECK(out.last_fetch == pair_tiles + clusters - 1);  // the fetch that resets the counter
+}
+
+}  // namespace
+
+TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile counts", "[scheduler][pairs_m]") {
+  std::mt19937 rng(17);
+  // DeepSeek-V3 16384 tokens: 256 experts of 512 +- 22 rows (4 or 5 M tiles), N = 4096.
+  std::vector<int> deepseek(256);
+  std::normal_distribution<double> d(512, 22);
+  for (int& r : deepseek) r = std::max(0, (int)d(rng));
+  const std::vector<std::vector<int>> cases = {
+      deepseek,
+      {490, 534, 0, 129, 1, 512, 383, 534, 0, 490, 522, 256},  // the GPU test's groups
+      {0, 0, 0},                                               // nothing to do
+      {1},                                                     // rank 1 always idle
+      {64, 65, 127, 128, 129, 192, 193, 0, 256, 1000, 1500, 33, 1200, 1200, 1200, 1200},
+  };
+  for (const auto& rows : cases)
+    for (bool masked : {false, true})
+      for (bool dynamic : {false, true})
+        for (int clusters : {1, 3, 66})
+          for (int n : {640, 4096}) check_schedule(rows, n, masked, clusters, dynamic, rng);
+}
