@@ -1,5 +1,6 @@
 // A grouped GEMM problem on the host and the device, with an FP64 CPU reference.
 #pragma once
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -11,6 +12,18 @@
 #include "moejit/runtime.hpp"
 
 namespace moejit::test {
+
+// Compiles (or loads from the cache) every spec on all cores: a first GPU test run is bound by
+// cold NVRTC compiles, not by the GPU.
+inline void compile_on_all_cores(Runtime& rt, const std::vector<KernelSpec>& specs) {
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
+    threads.emplace_back([&] {
+      for (std::size_t i; (i = next++) < specs.size();) rt.compile(specs[i]);
+    });
+  for (auto& t : threads) t.join();
+}
 
 struct GroupedProblem {
   GroupLayout layout = GroupLayout::contiguous;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "driver/driver_api.hpp"
+#include "gpu_problem.hpp"
 #include "heuristics/config.hpp"
 #include "moejit/formats.hpp"
 #include "moejit/moejit.hpp"
@@ -299,13 +300,7 @@ TEST_CASE("formats: compile every FP8 and 4-bit variant in parallel first", "[gp
   for (auto& s : fp8_candidates(runtime().arch(), KernelFamily::portable)) specs.push_back(s);
   for (auto& s : fp8_candidates(runtime().arch())) specs.push_back(s);
   for (auto& s : w4_candidates(runtime().arch(), KernelFamily::hopper)) specs.push_back(s);
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
-    threads.emplace_back([&] {
-      for (std::size_t i; (i = next++) < specs.size();) runtime().compile(specs[i]);
-    });
-  for (auto& t : threads) t.join();
+  test::compile_on_all_cores(runtime(), specs);
   WARN(fmt::format("{} ({}): {} FP8 / 4-bit variants compiled", runtime().device_name(), runtime().arch().to_text(),
                    specs.size()));
 }

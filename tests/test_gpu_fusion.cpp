@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "fusion_problem.hpp"
+#include "gpu_problem.hpp"
 #include "heuristics/config.hpp"
 #include "moejit/moejit.hpp"
 
@@ -106,16 +107,6 @@ std::vector<KernelSpec> fused_specs() {
   return out;
 }
 
-void prewarm(const std::vector<KernelSpec>& specs) {
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
-    threads.emplace_back([&] {
-      for (std::size_t i; (i = next++) < specs.size();) runtime().compile(specs[i]);
-    });
-  for (auto& t : threads) t.join();
-}
-
 FusedProblem make(const KernelSpec& spec, int tokens, int top_k, int groups, int n, int k,
                   const std::vector<std::vector<int>>& routing, std::mt19937& rng) {
   FusedProblem p;
@@ -158,7 +149,7 @@ void run_and_check(FusedProblem& p, const char* what, bool high_level = false) {
 TEST_CASE("fusion: variants under test", "[gpu][fusion]") {
   auto specs = fused_specs();
   WARN(fmt::format("device {}: {} fused kernel variants under test", runtime().device_name(), specs.size()));
-  prewarm(specs);
+  compile_on_all_cores(runtime(), specs);
   REQUIRE(!specs.empty());
 }
 

@@ -58,17 +58,6 @@ std::vector<KernelSpec> all_specs() {
   return out;
 }
 
-// Compiles (or loads from cache) every spec on all cores before the tests time out on NVRTC.
-void prewarm(const std::vector<KernelSpec>& specs) {
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
-    threads.emplace_back([&] {
-      for (std::size_t i; (i = next++) < specs.size();) runtime().compile(specs[i]);
-    });
-  for (auto& t : threads) t.join();
-}
-
 void run_and_check(const KernelSpec& spec, GroupedProblem& p, const char* what, int launches = 1) {
   Kernel kernel = runtime().kernel(spec);
   for (int i = 0; i < launches; ++i) {
@@ -106,7 +95,7 @@ TEST_CASE("device and candidates", "[gpu]") {
   auto specs = all_specs();
   WARN(fmt::format("device {} ({}, {} SMs): {} kernel variants under test", runtime().device_name(),
                    runtime().arch().to_text(), runtime().sm_count(), specs.size()));
-  prewarm(specs);
+  compile_on_all_cores(runtime(), specs);
   REQUIRE(!specs.empty());
 }
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "fusion_problem.hpp"
+#include "gpu_problem.hpp"
 #include "moejit/moejit.hpp"
 
 using namespace moejit;
@@ -103,16 +104,6 @@ std::vector<KernelSpec> quant_fused_specs() {
   return out;
 }
 
-void prewarm(const std::vector<KernelSpec>& specs) {
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t)
-    threads.emplace_back([&] {
-      for (std::size_t i; (i = next++) < specs.size();) runtime().compile(specs[i]);
-    });
-  for (auto& t : threads) t.join();
-}
-
 // N: FP8 with a split GLU needs (N/2) % 128 == 0 (validate_fusion_args); otherwise a ragged N.
 int n_for(const KernelSpec& s, int ragged) {
   return s.a == DType::e4m3 && s.fusion.glu_activation() && s.fusion.glu == GluLayout::split ? 512 : ragged;
@@ -152,7 +143,7 @@ void run_and_check(FusedProblem& p, const char* what) {
 TEST_CASE("quant fusion: variants under test (compiled in parallel first)", "[gpu][fusion][fp8][w4]") {
   auto specs = quant_fused_specs();
   WARN(fmt::format("device {}: {} fused FP8 / 4-bit kernel variants under test", runtime().device_name(), specs.size()));
-  prewarm(specs);
+  compile_on_all_cores(runtime(), specs);
   REQUIRE(!specs.empty());
 }
 
