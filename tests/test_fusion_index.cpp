@@ -67,27 +67,25 @@ TEST_CASE("fusion index: wgmma's SW128 descriptor reads the gathered rows in ord
   }
 }
 
-TEST_CASE("fusion index: the producer warp copies every valid gathered row chunk exactly once", "[fusion]") {
-  for (int block_m : {64, 128})
-    for (int rows_valid = 0; rows_valid <= block_m + 3; ++rows_valid) {
+TEST_CASE("fusion index: the producer warpgroup copies every valid gathered row chunk exactly once", "[fusion]") {
+  for (int rows : {16, 32, 64, 128, 256})  // bf16 kernel: BM 64/128; 4-bit kernel: 16..256 tokens
+    for (int rows_valid = 0; rows_valid <= rows + 3; ++rows_valid) {
       std::map<unsigned, int> writes;  // byte offset in the stage -> tile row
-      for (int i = 0; i < block_m / 32; ++i)
-        for (int step = 0; step < 8; ++step)
-          for (int lane = 0; lane < 32; ++lane) {
-            const int r_in = gather_block_row(lane, step);
-            REQUIRE(r_in >= 0);
-            REQUIRE(r_in < 32);  // a lane of the warp holds that row's token
-            const int r = 32 * i + r_in;
-            if (r >= rows_valid) continue;
-            const unsigned at = sw128_offset(r, gather_chunk(lane));
-            REQUIRE(at % 16 == 0);
-            REQUIRE(at < (unsigned)block_m * 128u);
-            REQUIRE(writes.emplace(at, r).second);  // never twice
-            // 8 consecutive lanes copy one row's 128 contiguous global bytes, in chunk order.
-            REQUIRE(gather_chunk(lane) == lane % 8);
-            REQUIRE(gather_block_row(lane & ~7, step) == r_in);
-          }
-      REQUIRE(writes.size() == (std::size_t)std::min(rows_valid, block_m) * 8);
+      for (int step = 0; step < gather_steps(rows); ++step)
+        for (int thread = 0; thread < 128; ++thread) {
+          const int r = gather_tile_row(thread, step, rows);
+          REQUIRE(r >= 0);
+          REQUIRE(r < rows);
+          if (r >= rows_valid) continue;
+          const unsigned at = sw128_offset(r, gather_chunk(thread));
+          REQUIRE(at % 16 == 0);
+          REQUIRE(at < (unsigned)rows * 128u);
+          REQUIRE(writes.emplace(at, r).second);  // never twice
+          // 8 consecutive lanes copy one row's 128 contiguous global bytes, in chunk order.
+          REQUIRE(gather_chunk(thread) == thread % 8);
+          REQUIRE(gather_tile_row(thread & ~7, step, rows) == r);
+        }
+      REQUIRE(writes.size() == (std::size_t)std::min(rows_valid, rows) * 8);
       for (auto& [at, r] : writes) REQUIRE((int)(at / 128) == r);  // swizzle stays inside the row
     }
 }

@@ -270,6 +270,7 @@ TEST_CASE("fusion pointers: each one exactly with its flag", "[validate][fusion]
   // Each missing pointer (or count) is named.
   a = all.args; a.gather_rows = nullptr; require_spec_mismatch(a, all.spec, "gather_rows (fuse=gather) is null");
   a = all.args; a.num_tokens = 0; require_spec_mismatch(a, all.spec, "num_tokens=0");
+  a = all.args; a.num_tokens = 1 << 30; require_spec_mismatch(a, all.spec, "at most 2^35 - 16 elements of A");
   a = all.args; a.scatter_rows = nullptr; require_spec_mismatch(a, all.spec, "scatter_rows (fuse=scatter) is null");
   a = all.args; a.num_out_rows = 0; require_spec_mismatch(a, all.spec, "num_out_rows=0 with fuse=scatter");
   a = all.args; a.routing_weights = nullptr; require_spec_mismatch(a, all.spec, "routing_weights (fuse=weight) is null");

@@ -91,6 +91,10 @@ void validate_fusion_args(const GroupedGemmArgs& a, const Fusion& f) {
   if (f.gather_a) {
     check_pointer(a.gather_rows, "gather_rows (fuse=gather)", 4);
     if (a.num_tokens < 1) bad("num_tokens={} with fuse=gather (expected the rows of A in token order, >= 1)", a.num_tokens);
+    // The Hopper kernels number A's gathered rows in 16-byte chunks of 32 bits (hopper/gather.cuh).
+    if ((unsigned long long)a.num_tokens * (unsigned long long)a.k >= (1ull << 35) - 16)
+      bad("num_tokens={} × k={} with fuse=gather: at most 2^35 - 16 elements of A (rows are addressed by 32-bit "
+          "16-byte chunk numbers)", a.num_tokens, a.k);
   } else {
     if (a.gather_rows) bad("gather_rows is set without fuse=gather (in the kernel's spec or args.fusion)");
     if (a.num_tokens != 0) bad("num_tokens={} is set without fuse=gather (in the kernel's spec or args.fusion)", a.num_tokens);

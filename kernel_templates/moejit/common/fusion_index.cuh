@@ -18,11 +18,15 @@ MOEJIT_HOST_DEVICE constexpr unsigned sw128_offset(int row, int chunk) {
   return (unsigned)row * 128u + ((chunk ^ (row % 8)) * 16);  // row >= 0
 }
 
-// fuse=gather on Hopper: the producer warp copies a 32-row block of A as 8 steps of 4 rows x 8
-// chunks. In step `step`, lane l copies chunk l % 8 of block row l / 8 + 4 step, whose token is
-// held by that lane number (lane r of the warp holds the token of block row r).
-MOEJIT_HOST_DEVICE constexpr int gather_block_row(int lane, int step) { return lane / 8 + 4 * step; }
-MOEJIT_HOST_DEVICE constexpr int gather_chunk(int lane) { return lane % 8; }
+// fuse=gather on Hopper: the producer warpgroup's 128 threads copy a tile of `rows` rows x 128
+// bytes (64 K of BF16) in 16-byte chunks. Warp w takes rows [w rows/4, (w+1) rows/4); in step s,
+// thread t (lane t % 32) copies chunk t % 8 of row w rows/4 + 4 s + (t % 32) / 8, so 8 consecutive
+// lanes read one row's 128 contiguous global bytes. rows / 16 steps; rows a multiple of 16.
+MOEJIT_HOST_DEVICE constexpr int gather_steps(int rows) { return rows / 16; }
+MOEJIT_HOST_DEVICE constexpr int gather_tile_row(int thread, int step, int rows) {
+  return (thread / 32) * (rows / 4) + 4 * step + (thread % 32) / 8;
+}
+MOEJIT_HOST_DEVICE constexpr int gather_chunk(int thread) { return thread % 8; }
 
 // Interleaved GLU on the wgmma accumulator layout (register 4j + 2h + e: row lane/4 + 8h, column
 // 8j + 2(lane%4) + e). Lane q of a quad holds, per 8-column group, the (gate, up) pair of output

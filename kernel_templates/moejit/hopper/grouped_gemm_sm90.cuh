@@ -23,6 +23,7 @@
 #include "moejit/hopper/epilogue.cuh"
 #include "moejit/hopper/cluster.cuh"
 #include "moejit/hopper/fused_epilogue.cuh"
+#include "moejit/hopper/gather.cuh"
 
 namespace moejit::hopper {
 
@@ -68,7 +69,7 @@ __host__ __device__ constexpr int smem_bytes() {
 // on, and it stores nothing. Barriers and the tile ring work as for 1x2.
 //
 // Fuse (common/fusion.cuh) and f (null without fusions): the fusions (docs/design.md, "Fusions"). fuse=gather: the whole
-// producer warp copies A row by row with cp.async into the swizzled stage (tma_a is unused);
+// producer warpgroup copies A row by row with cp.async into the swizzled stage (tma_a is unused);
 // fuse=bias: the accumulators start at the bias; glu=split: B comes in two boxes per consumer slice (gate rows,
 // up rows; tma_b has kWgN/2-row boxes); the epilogue runs in fused_epilogue.cuh.
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
@@ -136,14 +137,15 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     tma_prefetch_descriptor(tma_b);
     if constexpr (kStaged) tma_prefetch_descriptor(tma_c);
     for (int s = 0; s < kStages; ++s) {
-      // fuse=gather: + one cp.async arrival per producer lane (the rows of A come by cp.async).
-      mbarrier_init(full_bars + 8 * s, Fuse::gather ? 1 + 32 : 1);
+      // fuse=gather: + one cp.async arrival per producer thread (the rows of A come by cp.async).
+      mbarrier_init(full_bars + 8 * s, Fuse::gather ? 1 + 128 : 1);
       mbarrier_init(empty_bars + 8 * s, kConsumerWarps * (kPaired ? 2 : 1));
     }
     for (int r = 0; r < kTileRing; ++r) {
       mbarrier_init(tile_full_bars + 8 * r, 1);
       // Paired: rank 0's slots are read by both CTAs' consumer warps and rank 1's producer.
-      mbarrier_init(tile_empty_bars + 8 * r, kPaired ? 2 * kConsumerWarps + 1 : kConsumerWarps);
+      // fuse=gather (never paired): also by producer warps 1-3, which gather rows of A.
+      mbarrier_init(tile_empty_bars + 8 * r, kPaired ? 2 * kConsumerWarps + 1 : kConsumerWarps + (Fuse::gather ? 3 : 0));
     }
     mbarrier_init_fence();
   }
@@ -163,10 +165,9 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   if (warpgroup == 0) {
     // ---------------- producer ----------------
     warpgroup_release_registers<kProducerRegs>();
-    // fuse=gather: the whole warp issues the row loads; lane 0 does everything else.
-    const int producer_lane = (int)threadIdx.x;  // < 32 inside
-    const bool producer_leader = !Fuse::gather || producer_lane == 0;  // true at compile time without gather
-    if (Fuse::gather ? threadIdx.x < 32 : threadIdx.x == 0) {
+    // fuse=gather: the whole warpgroup issues the row loads; thread 0 does everything else.
+    const bool producer_leader = !Fuse::gather || threadIdx.x == 0;  // true at compile time without gather
+    if (Fuse::gather || threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;
       int ring_slot = 0;
@@ -177,7 +178,13 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           const unsigned slot_full = tile_full_bars + 8 * ring_slot, slot_empty = tile_empty_bars + 8 * ring_slot;
           if constexpr (Fuse::gather) tile_index = 0;
           if (!producer_leader) {
-            // fuse=gather (no pairs): lanes 1..31 take lane 0's tile number below.
+            // fuse=gather (no pairs): lane 0 of warps 1-3 reads the ring like a consumer warp;
+            // every lane takes its warp's lane 0's tile number below.
+            if (threadIdx.x % 32 == 0) {
+              mbarrier_wait(slot_full, ring_phase);
+              tile_index = tile_ring[ring_slot];
+              mbarrier_arrive(slot_empty);
+            }
           } else if (rank == 0) {
             tile_index = fetch_next_tile(p.tile_counter);
             if constexpr (kPaired) {
@@ -216,53 +223,23 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         const unsigned tx_bytes = kPairM ? (has_a ? (a_upper ? kABytes : kAHalfBytes) : 0u) + kBBytes
                                          : (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
         if constexpr (Fuse::gather) {
-          // fuse=gather: the producer warp copies A row by row with cp.async (16-byte chunks into
-          // the 128B-swizzled position: chunk c of tile row r at r * 128 + ((c ^ r % 8) * 16) of the
-          // 1024-byte aligned stage), B by TMA as usual. The full barrier counts lane 0's
-          // arrive.expect_tx (B's bytes) and one cp.async.mbarrier.arrive.noinc per lane, which fires
-          // when that lane's copies have landed. Lane l holds the tokens of tile rows l + 32 i and
-          // hands them out by shuffles: one warp-wide cp.async covers 4 rows x 128 bytes (8 lanes
-          // per row, coalesced). Rows past the group are not copied (their accumulator
-          // rows are never stored); an index outside [0, num_tokens) reads a zero row.
-          constexpr int kRowsPerLane = kBlockM / 32;
-          const int rows_valid = tile.group_rows - tile.m_block * kBlockM;
-          int token[kRowsPerLane];
-#pragma unroll
-          for (int i = 0; i < kRowsPerLane; ++i) {
-            const int r = producer_lane + 32 * i;
-            int t = -1;
-            if (r < rows_valid) t = __ldg(f->gather_rows + a_row + r);
-            token[i] = (unsigned)t < (unsigned)f->num_tokens ? t : -1;
-          }
-          const int chunk = gather_chunk(producer_lane);
+          // fuse=gather: the producer warpgroup copies A row by row with cp.async (hopper/gather.cuh),
+          // B by TMA as usual. The full barrier counts thread 0's arrive.expect_tx (B's bytes) and
+          // one cp.async.mbarrier.arrive.noinc per producer thread, which fires when that thread's
+          // copies have landed. Rows past the group are not copied (their accumulator rows are
+          // never stored); an index outside [0, num_tokens) reads a zero row.
+          GatherRowsSm90<kBlockM> rows((int)threadIdx.x);
+          rows.load_tokens(f->gather_rows, a_row, tile.group_rows - tile.m_block * kBlockM, f->num_tokens, p.k);
           const unsigned short* const a_base = static_cast<const unsigned short*>(p.a);
           for (int kb = 0; kb < num_k_blocks; ++kb) {
             const unsigned full = full_bars + 8 * stage;
-            const unsigned a_stage = a_stages + stage * kABytes;
             mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
             if (producer_leader) {
               mbarrier_arrive_expect_tx(full, kBBytes);
               load_b_tile<kBlockN, kWgN, Fuse::glu_split>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK,
                                                           tile.group, n_block, p.n);
             }
-            const int k = kb * kBlockK + chunk * 8;
-            const bool k_valid = k < p.k;  // K % 8 == 0: a chunk is wholly inside or outside K
-            // Rolled inner loop: the producer has 40 registers (unrolled, the addresses spilled).
-#pragma unroll
-            for (int i = 0; i < kRowsPerLane; ++i) {
-#pragma unroll 1
-              for (int step = 0; step < 8; ++step) {
-                // Row r = 32 i + 4 step + lane / 8: its token is lane (r % 32)'s token[i].
-                const int r_in = gather_block_row(producer_lane, step);
-                const int t = __shfl_sync(0xffffffffu, token[i], r_in);
-                const int r = 32 * i + r_in;
-                if (r < rows_valid) {
-                  const bool valid = k_valid && t >= 0;
-                  const unsigned short* src = valid ? a_base + (long long)t * p.k + k : a_base;
-                  cp_async_16_zfill_sm90(a_stage + sw128_offset(r, chunk), src, valid);
-                }
-              }
-            }
+            rows.copy_k_block(a_stages + stage * kABytes, a_base, p.k, kb * kBlockK);
             cp_async_mbarrier_arrive_noinc(full);
             if (++stage == kStages) stage = 0, phase ^= 1;
           }

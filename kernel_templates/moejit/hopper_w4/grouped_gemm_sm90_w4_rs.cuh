@@ -28,6 +28,7 @@
 #include "moejit/hopper/smem.cuh"
 #include "moejit/hopper/mbarrier.cuh"
 #include "moejit/hopper/tma.cuh"
+#include "moejit/hopper/gather.cuh"
 #include "moejit/hopper/wgmma.cuh"
 #include "moejit/hopper/warpgroup.cuh"
 #include "moejit/hopper_w4/e2m1.cuh"
@@ -116,7 +117,7 @@ __host__ __device__ constexpr int w4rs_smem_bytes() {
 
 // kTokens: tokens per tile (the MMA's N); 128 weight rows per tile (two consumers x 64).
 // Fuse / f (null without fusions; docs/design.md, "Fusions"): fuse=gather copies the tile's token
-// rows with cp.async by the producer warp (as the bf16 Hopper kernel does for A); the epilogue
+// rows with cp.async by the producer warpgroup (as the bf16 Hopper kernel does for A); the epilogue
 // fusions are applied on the transposed accumulator (w4_fused_store below). Not implemented here:
 // glu=split (a tile would need two half blocks of packed weights) and atomic (C is 16-bit).
 template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP4, class Fuse = NoFusion>
@@ -146,8 +147,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(tma_a);
     for (int st = 0; st < kStages; ++st) {
-      // fuse=gather: + one cp.async arrival per producer lane (the token rows come by cp.async).
-      mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 32 : 1);
+      // fuse=gather: + one cp.async arrival per producer thread (the token rows come by cp.async).
+      mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1);
       mbarrier_init(empty_bars + 8 * st, kConsumerWarps);
     }
     mbarrier_init_fence();
@@ -164,63 +165,34 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   if (warpgroup == 0) {
     warpgroup_release_registers<40>();
     if constexpr (Fuse::gather) {
-      // The producer warp: lane 0 bulk-copies the weights (expect_tx of their bytes), every lane
-      // copies its share of the tile's token rows (64 K of BF16 = 128 bytes each) with cp.async into
-      // the 128B-swizzled position TMA would have written (sw128_offset), then arrives on the full
-      // barrier when they land (noinc). Lane l holds the tokens of tile rows l + 32 i; rows past the
-      // group are not copied (their accumulator columns are never stored); an index outside
-      // [0, num_tokens) reads a zero row.
-      if (threadIdx.x < 32) {
-        const int lane = (int)threadIdx.x;
-        constexpr int kRowsPerLane = (kTokens + 31) / 32;
-        const unsigned short* const x_base = static_cast<const unsigned short*>(p.a);
-        const int chunk = gather_chunk(lane);
-        int stage = 0;
-        unsigned phase = 0;
-        for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
-          const int x_row = tile.row_begin + tile.m_block * kTokens;
-          const int rows_valid = tile.group_rows - tile.m_block * kTokens;
-          int token[kRowsPerLane];
-#pragma unroll
-          for (int i = 0; i < kRowsPerLane; ++i) {
-            const int r = lane + 32 * i;
-            int t = -1;
-            if (r < kTokens && r < rows_valid) t = __ldg(f->gather_rows + x_row + r);
-            token[i] = (unsigned)t < (unsigned)f->num_tokens ? t : -1;
+      // The producer warpgroup: thread 0 bulk-copies the weights (expect_tx of their bytes), every
+      // thread copies its share of the tile's token rows (64 K of BF16 = 128 bytes each) with
+      // cp.async (hopper/gather.cuh), then arrives on the full barrier when they land (noinc).
+      // Rows past the group are not copied (their accumulator columns are never stored); an index
+      // outside [0, num_tokens) reads a zero row.
+      const unsigned short* const x_base = static_cast<const unsigned short*>(p.a);
+      GatherRowsSm90<kTokens> rows((int)threadIdx.x);
+      int stage = 0;
+      unsigned phase = 0;
+      for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+        const int x_row = tile.row_begin + tile.m_block * kTokens;
+        rows.load_tokens(f->gather_rows, x_row, tile.group_rows - tile.m_block * kTokens, f->num_tokens, p.k);
+        const unsigned char* w_blocks = static_cast<const unsigned char*>(p.b) +
+            (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kBlockBytes;
+        for (int kb = 0; kb < num_k_blocks; ++kb) {
+          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+          const unsigned full = full_bars + 8 * stage;
+          if (threadIdx.x == 0) {
+            mbarrier_arrive_expect_tx(full, kBlockBytes);
+            bulk_load(w_stages + stage * kBlockBytes, w_blocks + static_cast<long long>(kb) * kBlockBytes,
+                      kBlockBytes, full);
           }
-          const unsigned char* w_blocks = static_cast<const unsigned char*>(p.b) +
-              (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kBlockBytes;
-          for (int kb = 0; kb < num_k_blocks; ++kb) {
-            mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
-            const unsigned full = full_bars + 8 * stage;
-            if (lane == 0) {
-              mbarrier_arrive_expect_tx(full, kBlockBytes);
-              bulk_load(w_stages + stage * kBlockBytes, w_blocks + static_cast<long long>(kb) * kBlockBytes,
-                        kBlockBytes, full);
-            }
-            const int k = kb * 64 + chunk * 8;
-            const bool k_valid = k < p.k;  // K % 16 == 0: a chunk is wholly inside or outside K
-            const unsigned x_stage = x_stages + stage * kXBytes;
-#pragma unroll
-            for (int i = 0; i < kRowsPerLane; ++i) {
-#pragma unroll 1
-              for (int step = 0; step < 8; ++step) {
-                const int r_in = gather_block_row(lane, step);  // row 32 i + r_in: lane r_in's token[i]
-                const int t = __shfl_sync(0xffffffffu, token[i], r_in);
-                const int r = 32 * i + r_in;
-                if (r < kTokens && r < rows_valid) {
-                  const bool valid = k_valid && t >= 0;
-                  const unsigned short* src = valid ? x_base + (long long)t * p.k + k : x_base;
-                  cp_async_16_zfill_sm90(x_stage + sw128_offset(r, chunk), src, valid);
-                }
-              }
-            }
-            cp_async_mbarrier_arrive_noinc(full);
-            if (++stage == kStages) stage = 0, phase ^= 1;
-          }
+          rows.copy_k_block(x_stages + stage * kXBytes, x_base, p.k, kb * 64);
+          cp_async_mbarrier_arrive_noinc(full);
+          if (++stage == kStages) stage = 0, phase ^= 1;
         }
-        cp_async_wait_all_sm90();  // no lane exits with copies (and their arrivals) in flight
       }
+      cp_async_wait_all_sm90();  // no thread exits with copies (and their arrivals) in flight
     } else if (threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;

@@ -1,0 +1,59 @@
+// fuse=gather on Hopper (the bf16/f16 and 4-bit kernels): TMA cannot gather rows, so the producer
+// warpgroup's 128 threads copy the tile's rows of A by cp.async into the 128B-swizzled position
+// TMA would have written (common/fusion_index.cuh gives the thread -> row/chunk map). One warp
+// issuing every copy, with the tokens passed around by shuffles, starved the MMAs: the fused GEMM1
+// took 4x the plain GEMM's time at 16384 tokens and 2x at 16 with 4-bit weights (H100,
+// 2026-11-23). Four warps, each thread holding the tokens of its own rows, issue a quarter each.
+#pragma once
+
+#include "moejit/common/fusion_index.cuh"
+#include "moejit/hopper/tma.cuh"
+
+namespace moejit::hopper {
+
+template <int kRows>
+struct GatherRowsSm90 {
+  static_assert(kRows % 16 == 0, "gathered tiles: a multiple of 16 rows");
+  static constexpr int kSteps = gather_steps(kRows);
+  // Per step, the row's first 16-byte chunk in A (token * k / 8), or one of these. 32 bits a row:
+  // the producer has 40 registers, and 64-bit row pointers spilled (A stays under 64 GiB).
+  static constexpr unsigned kNoRow = 0xFFFFFFFFu;    // past the group's end: not copied (nor stored)
+  static constexpr unsigned kZeroRow = 0xFFFFFFFEu;  // token index outside [0, num_tokens): zeros
+  int thread;                                        // 0..127 in the producer warpgroup
+  unsigned row_chunk[kSteps];
+
+  __device__ __forceinline__ explicit GatherRowsSm90(int producer_thread) : thread(producer_thread) {}
+
+  // This thread's rows for a tile whose tokens are gather_rows[row0, row0 + rows_valid); A is
+  // [num_tokens, k] row-major, k % 8 == 0.
+  __device__ __forceinline__ void load_tokens(const int* gather_rows, int row0, int rows_valid, int num_tokens, int k) {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int r = gather_tile_row(thread, s, kRows);
+      unsigned c = kNoRow;
+      if (r < rows_valid) {
+        const int t = __ldg(gather_rows + row0 + r);
+        c = (unsigned)t < (unsigned)num_tokens ? (unsigned)t * (unsigned)(k / 8) : kZeroRow;
+      }
+      row_chunk[s] = c;
+    }
+  }
+
+  // Columns [k0, k0 + 64) of this thread's rows into the 1024-byte aligned stage at `stage`;
+  // chunks past k are zero-filled (a chunk is wholly in or out of K).
+  __device__ __forceinline__ void copy_k_block(unsigned stage, const void* a, int k, int k0) const {
+    const int chunk = gather_chunk(thread);
+    const int col = k0 + 8 * chunk;
+    const bool k_valid = col < k;
+    const unsigned col_chunk = (unsigned)col / 8;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      if (row_chunk[s] == kNoRow) continue;
+      const bool valid = k_valid && row_chunk[s] != kZeroRow;
+      const char* src = static_cast<const char*>(a) + (valid ? 16ull * (row_chunk[s] + col_chunk) : 0ull);
+      cp_async_16_zfill_sm90(stage + sw128_offset(gather_tile_row(thread, s, kRows), chunk), src, valid);
+    }
+  }
+};
+
+}  // namespace moejit::hopper
