@@ -126,8 +126,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       const int m_lane = m_warp + lane / 4;
       const float* sa_row0 = m_lane < tile.group_rows ? p.scale_a + tile.row_begin + m_lane : nullptr;
       const float* sa_row1 = m_lane + 8 < tile.group_rows ? p.scale_a + tile.row_begin + m_lane + 8 : nullptr;
+      // A slice wholly past N (consumer 1 of a 256-wide tile when N is ragged) stores nothing, but
+      // its scale read must stay inside B's scales: the group's last block (compute-sanitizer
+      // memcheck, H100, 2026-11-23: n0 / 128 read one block past the last group's end).
       const float* sb_block = static_cast<const float*>(p.scale_b) +
-                              (static_cast<long long>(tile.group) * n_scale_blocks + n0 / 128) * num_k_blocks;
+                              (static_cast<long long>(tile.group) * n_scale_blocks + min(n0, p.n - 1) / 128) * num_k_blocks;
       const long long a_stride = p.total_rows;
       float sa0 = 0.f, sa1 = 0.f, sb = 0.f;
       if (num_k_blocks > 0) {
