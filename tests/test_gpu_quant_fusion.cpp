@@ -37,6 +37,10 @@ double error_bound(const KernelSpec& s) {
 std::pair<double, double> element_bound(const KernelSpec& s) {
   if (s.c == DType::bf16) return {1.0 / 64, 1e-2};
   if (s.c == DType::f16) return {1.0 / 256, 5e-3};
+  // Hopper's FP8 wgmma adds its products inside a 128-K block with a narrower accumulator than
+  // FP32 (DeepSeek-V3's report: about 14 bits; the reason for promotion per 128 K). Seen on the
+  // H100 (2026-11-23), f32 C: up to 2.6e-3 off on elements of size 0.7-4.8, rel_err 1.3e-4.
+  if (s.family == KernelFamily::hopper && s.a == DType::e4m3) return {2e-3, 3e-3};
   return {1e-4, 1e-3};
 }
 
