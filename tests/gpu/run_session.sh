@@ -2,11 +2,13 @@
 # On the GPU machine: the stages of a verification session, chosen with STAGES, each writing its
 # logs under $OUT/<stage>/. One device call runs at most 10 minutes, so a session is a few calls:
 #   STAGES="tests example"        every GPU test (grouped GEMM, fusion, routing, formats, tuning,
-#                                 graph), then the mixtral example              (~4-6 min)
-#   STAGES="bench layer"          the 40-case suite with torch + ceilings; the fused MoE layer and
-#                                 its torch composition                          (~6-8 min)
+#                                 graph), then the mixtral example: ~9.5 min on the H100, more than
+#                                 one call; split with GPU_TEST_FILTER (tests/gpu/README.md)
+#   STAGES="bench layer"          the 40-case suite with torch + ceilings (~20 s); the fused MoE
+#                                 layer and its torch composition (~4 min)
 #   STAGES="formats"              FP8 / MXFP4 / NVFP4 on the suite with their peers (~5 min)
-#   STAGES="sanitize"             memcheck + racecheck over the whole [gpu] suite, bf16 (~8 min)
+#   STAGES="sanitize"             memcheck + racecheck, mixed-size case, bf16, both families (~1 min)
+#   STAGES="sanitize-fused"       memcheck + racecheck over two fused test cases, Hopper (~4-8 min)
 #   STAGES="tune"                 heuristic vs autotuner table, launch overhead  (~6 min)
 # tests/gpu/README.md gives the order and the device calls. Exit status: 1 if any stage failed.
 set -uo pipefail
@@ -35,6 +37,9 @@ for s in ${STAGES:-tests example}; do
     layer)    stage layer "$here/run_moe_layer.sh" ;;
     formats)  stage formats env SKIP_TESTS=1 "$here/run_formats.sh" ;;
     sanitize) stage sanitize env SANITIZE_CASES="[gpu]" SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-200} "$here/run_sanitizers.sh" ;;
+    # The fused kernels (Hopper; bf16 and FP8/4-bit cases): racecheck needed > 120 s for these two.
+    sanitize-fused) stage sanitize-fused env SANITIZE_CASES="fusion: random top-k*,quant fusion: random*" \
+                      SANITIZE_FAMILIES=${SANITIZE_FAMILIES:-hopper} SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-240} "$here/run_sanitizers.sh" ;;
     tune)     stage tune "$here/run_tune_bench.sh" ;;
     *) echo "unknown stage '$s'"; status=1 ;;
   esac
