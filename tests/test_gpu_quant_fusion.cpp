@@ -12,6 +12,7 @@
 #include <atomic>
 #include <thread>
 
+#include "fusion_checks.hpp"
 #include "fusion_problem.hpp"
 #include "gpu_problem.hpp"
 #include "moejit/moejit.hpp"
@@ -128,18 +129,7 @@ void run_and_check(FusedProblem& p, const char* what) {
   p.prepare_output();
   runtime().kernel(spec).launch(p.args(), nullptr);
   MOEJIT_CU(driver().cuCtxSynchronize());
-  const auto [elem_rel, elem_abs] = element_bound(spec);
-  auto r = p.check(elem_rel, elem_abs);
-  const int n_out = p.n_out();
-  INFO(fmt::format("{} spec {} (n {} k {}): rel_err {:.2e} (bound {:.0e}) nan {} written_outside {} checked {} "
-                   "elements_off {} (worst: row {} col {} got {} ref {})",
-                   what, spec.to_text(), p.n, p.k, r.rel_err, error_bound(spec), r.nan_where_written, r.written_outside,
-                   r.checked, r.elements_off, r.worst / n_out, r.worst % n_out, r.worst_got, r.worst_ref));
-  CHECK(r.nan_where_written == 0);
-  CHECK(r.written_outside == 0);
-  CHECK(r.checked > 0);
-  CHECK(r.rel_err < error_bound(spec));
-  CHECK(r.elements_off == 0);
+  check_fused_output(p, what, error_bound(spec), element_bound(spec));
 }
 
 }  // namespace
