@@ -10,6 +10,7 @@
 #   STAGES="sanitize"             memcheck + racecheck, mixed-size case, bf16, both families (~1 min)
 #   STAGES="sanitize-fused"       memcheck + racecheck over two fused test cases, Hopper (~4-8 min)
 #   STAGES="tune"                 heuristic vs autotuner table, launch overhead  (~6 min)
+#   STAGES="ncu"                  Nsight Compute on gpt-oss's fused and plain GEMM1 (bf16, MXFP4)
 # tests/gpu/README.md gives the order and the device calls. Exit status: 1 if any stage failed.
 set -uo pipefail
 OUT=${OUT:-/tmp/moejit-out}
@@ -41,6 +42,7 @@ for s in ${STAGES:-tests example}; do
     sanitize-fused) stage sanitize-fused env SANITIZE_CASES="fusion: random top-k*,quant fusion: random*" \
                       SANITIZE_FAMILIES=${SANITIZE_FAMILIES:-hopper} SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-240} "$here/run_sanitizers.sh" ;;
     tune)     stage tune "$here/run_tune_bench.sh" ;;
+    ncu)      stage ncu "$here/run_ncu_fused.sh" ;;
     *) echo "unknown stage '$s'"; status=1 ;;
   esac
 done
