@@ -14,6 +14,7 @@
 #include "driver/driver_api.hpp"
 #include "moejit/formats.hpp"
 #include "moejit/runtime.hpp"
+#include "reference_gemm.hpp"
 
 namespace moejit::test {
 
@@ -269,41 +270,31 @@ struct FusedProblem {
     for (std::size_t i = 0; i < b.size(); ++i) bf[i] = to_float(b[i]);
     if (!a_deq.empty()) af = a_deq;  // quantized operands: the values the kernel multiplies
     if (!b_deq.empty()) bf = b_deq;
-    std::vector<std::vector<std::pair<int, std::vector<double>>>> per_group(groups);
-    auto work = [&](int g) {
+    // Epilogue outputs per grouped row (flat: group-major), then combined below in that order,
+    // so that atomic-mode sums add in a fixed order.
+    std::vector<std::pair<int, std::vector<double>>> per_row;
+    long grouped_rows = 0;
+    for (int g = 0; g < groups; ++g) grouped_rows += std::max(rows_of[g], 0);
+    per_row.resize(grouped_rows);
+    for_each_group_row(rows_of, [&](int g, int i, long flat) {
+      const int r = row_begin(g) + i;
+      const int a_row = f.gather_a ? gather_rows[r] : r;
+      const float* arow = &af[(std::size_t)a_row * k];
       std::vector<double> gemm(n);
-      for (int i = 0; i < rows_of[g]; ++i) {
-        const int r = row_begin(g) + i;
-        const int a_row = f.gather_a ? gather_rows[r] : r;
-        const float* arow = &af[(std::size_t)a_row * k];
-        for (int j = 0; j < n; ++j) {
-          const float* brow = &bf[((std::size_t)g * n + j) * k];
-          double s = 0;
-          for (int q = 0; q < k; ++q) s += (double)arow[q] * brow[q];
-          gemm[j] = s;
-        }
-        std::vector<double> out(no);
-        ref_epilogue(f, gemm.data(), f.bias ? &bias[(std::size_t)g * n] : nullptr, f.routing_weight ? weights[r] : 1.0, n,
-                     out.data());
-        per_group[g].emplace_back(r, std::move(out));
+      for (int j = 0; j < n; ++j) gemm[j] = dot_f64(arow, &bf[((std::size_t)g * n + j) * k], k);
+      std::vector<double> out(no);
+      ref_epilogue(f, gemm.data(), f.bias ? &bias[(std::size_t)g * n] : nullptr, f.routing_weight ? weights[r] : 1.0, n,
+                   out.data());
+      per_row[flat] = {r, std::move(out)};
+    });
+    for (auto& [r, out] : per_row) {
+      const int dest = f.scatter_c ? scatter_rows[r] : r;
+      if (dest < 0) continue;  // padding row with fuse=scatter: written nowhere
+      for (int j = 0; j < no; ++j) {
+        double& x = ref[(std::size_t)dest * no + j];
+        x = f.atomic ? x + out[j] : out[j];
       }
-    };
-    std::vector<std::thread> threads;
-    unsigned workers = std::max(1u, std::thread::hardware_concurrency());
-    for (unsigned t = 0; t < workers; ++t)
-      threads.emplace_back([&, t] {
-        for (int g = (int)t; g < groups; g += (int)workers) work(g);
-      });
-    for (auto& t : threads) t.join();
-    for (int g = 0; g < groups; ++g)
-      for (auto& [r, out] : per_group[g]) {
-        const int dest = f.scatter_c ? scatter_rows[r] : r;
-        if (dest < 0) continue;  // padding row with fuse=scatter: written nowhere
-        for (int j = 0; j < no; ++j) {
-          double& x = ref[(std::size_t)dest * no + j];
-          x = f.atomic ? x + out[j] : out[j];
-        }
-      }
+    }
     return ref;
   }
 

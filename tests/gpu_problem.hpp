@@ -10,6 +10,7 @@
 #include "driver/driver_api.hpp"
 #include "moejit/formats.hpp"
 #include "moejit/runtime.hpp"
+#include "reference_gemm.hpp"
 
 namespace moejit::test {
 
@@ -99,24 +100,11 @@ struct GroupedProblem {
     std::vector<float> af(a.size()), bf(b.size());
     for (std::size_t i = 0; i < a.size(); ++i) af[i] = to_float(a[i]);
     for (std::size_t i = 0; i < b.size(); ++i) bf[i] = to_float(b[i]);
-    auto work = [&](int g) {
-      for (int r = 0; r < rows_of[g]; ++r) {
-        const float* arow = &af[(std::size_t)(row_begin(g) + r) * k];
-        for (int j = 0; j < n; ++j) {
-          const float* brow = &bf[((std::size_t)g * n + j) * k];
-          double s = 0;
-          for (int q = 0; q < k; ++q) s += (double)arow[q] * brow[q];
-          ref[(std::size_t)(row_begin(g) + r) * n + j] = s;
-        }
-      }
-    };
-    std::vector<std::thread> threads;
-    unsigned workers = std::max(1u, std::thread::hardware_concurrency());
-    for (unsigned t = 0; t < workers; ++t)
-      threads.emplace_back([&, t] {
-        for (int g = (int)t; g < groups; g += (int)workers) work(g);
-      });
-    for (auto& t : threads) t.join();
+    for_each_group_row(rows_of, [&](int g, int r, long) {
+      const float* arow = &af[(std::size_t)(row_begin(g) + r) * k];
+      for (int j = 0; j < n; ++j)
+        ref[(std::size_t)(row_begin(g) + r) * n + j] = dot_f64(arow, &bf[((std::size_t)g * n + j) * k], k);
+    });
     return ref;
   }
 

@@ -3,6 +3,9 @@
 // independent computations.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <random>
+
 #include "fusion_problem.hpp"
 
 using namespace moejit;
@@ -193,5 +196,37 @@ TEST_CASE("reference with quantized operands: the dequantized values, in the ker
     // operands are what the reference used).
     CHECK(rel > 1e-4);
     CHECK(rel < (p.spec.a == DType::e4m3 ? 0.1 : 0.3));
+  }
+}
+
+TEST_CASE("reference GEMM helpers: every row of every group once, FP64 dot of any length", "[fusion]") {
+  // Empty groups first, last and between; one group far larger than the others; a group of 1.
+  const std::vector<int> rows_of = {0, 4096, 0, 1, 77, 0, 3, 0};
+  std::vector<std::atomic<int>> seen(4096 + 1 + 77 + 3);
+  std::vector<int> group_of(seen.size(), -1), row_of(seen.size(), -1);
+  for_each_group_row(rows_of, [&](int g, int r, long flat) {
+    seen[flat]++;
+    group_of[flat] = g, row_of[flat] = r;
+  });
+  long flat = 0;
+  for (int g = 0; g < (int)rows_of.size(); ++g)
+    for (int r = 0; r < rows_of[g]; ++r, ++flat) {
+      REQUIRE(seen[flat] == 1);
+      REQUIRE(group_of[flat] == g);
+      REQUIRE(row_of[flat] == r);
+    }
+  REQUIRE(flat == (long)seen.size());
+  for_each_group_row({}, [&](int, int, long) { FAIL("no rows"); });
+  for_each_group_row({0, 0}, [&](int, int, long) { FAIL("no rows"); });
+
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (int k : {0, 1, 3, 4, 5, 64, 137}) {
+    std::vector<float> a(k), b(k);
+    for (auto& v : a) v = normal(rng);
+    for (auto& v : b) v = normal(rng);
+    double naive = 0;
+    for (int q = 0; q < k; ++q) naive += (double)a[q] * b[q];
+    CHECK(std::abs(dot_f64(a.data(), b.data(), k) - naive) <= 1e-12 * (1 + std::abs(naive)));
   }
 }

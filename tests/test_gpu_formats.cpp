@@ -23,6 +23,8 @@
 #include "moejit/moejit.hpp"
 
 using namespace moejit;
+using moejit::test::dot_f64;
+using moejit::test::for_each_group_row;
 
 namespace {
 
@@ -197,24 +199,11 @@ struct QuantProblem {
 
   Check check() const {
     std::vector<double> ref((std::size_t)total_rows * n, std::nan(""));
-    auto work = [&](int g) {
-      for (int r = 0; r < rows_of[g]; ++r) {
-        const double* arow = &a_ref[(std::size_t)(row_begin(g) + r) * k];
-        for (int j = 0; j < n; ++j) {
-          const double* brow = &b_ref[((std::size_t)g * n + j) * k];
-          double s = 0;
-          for (int q = 0; q < k; ++q) s += arow[q] * brow[q];
-          ref[(std::size_t)(row_begin(g) + r) * n + j] = s;
-        }
-      }
-    };
-    std::vector<std::thread> threads;
-    const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
-    for (unsigned t = 0; t < workers; ++t)
-      threads.emplace_back([&, t] {
-        for (int g = (int)t; g < groups; g += (int)workers) work(g);
-      });
-    for (auto& t : threads) t.join();
+    for_each_group_row(rows_of, [&](int g, int r, long) {
+      const double* arow = &a_ref[(std::size_t)(row_begin(g) + r) * k];
+      for (int j = 0; j < n; ++j)
+        ref[(std::size_t)(row_begin(g) + r) * n + j] = dot_f64(arow, &b_ref[((std::size_t)g * n + j) * k], k);
+    });
     std::vector<char> raw(c_bytes());
     d_c.download(raw.data(), raw.size());
     Check out;
