@@ -143,7 +143,7 @@ struct FusedProblem {
     const Fusion& f = spec.fusion;
     const int a_rows = f.gather_a ? tokens : total_rows;
     std::vector<std::uint16_t> token_a((std::size_t)tokens * k);
-    for (auto& v : token_a) v = from_float(normal(rng));
+    fill_normal(token_a, rng, [&](float x) { return from_float(x); });
     if (f.gather_a) {
       a = token_a;
     } else {
@@ -154,7 +154,7 @@ struct FusedProblem {
           a[(std::size_t)r * k + q] = token_of[r] >= 0 ? token_a[(std::size_t)token_of[r] * k + q] : from_float(normal(rng));
     }
     b.resize((std::size_t)groups * n * k);
-    for (auto& v : b) v = from_float(normal(rng) * 0.1f);
+    fill_normal(b, rng, [&](float x) { return from_float(x * 0.1f); });
     bias.resize((std::size_t)groups * n);
     for (auto& v : bias) v = normal(rng) * 0.5f;
     out_rows = f.scatter_c ? (f.atomic ? tokens : tokens * top_k) + kExtraOutRows : total_rows;

@@ -44,7 +44,6 @@ struct GroupedProblem {
   // Fresh random data (never zeros); contiguous rows before the first group and after the
   // last are left out of every group so that writing them is caught.
   void fill(std::mt19937& rng, int lead_rows = 3, int tail_rows = 5) {
-    std::normal_distribution<float> normal(0.f, 1.f);
     if (layout == GroupLayout::contiguous) {
       offsets.assign(1, lead_rows);
       for (int r : rows_of) offsets.push_back(offsets.back() + r);
@@ -54,8 +53,8 @@ struct GroupedProblem {
     }
     a.resize((std::size_t)total_rows * k);
     b.resize((std::size_t)groups * n * k);
-    for (auto& v : a) v = from_float(normal(rng));
-    for (auto& v : b) v = from_float(normal(rng) * 0.1f);
+    fill_normal(a, rng, [&](float x) { return from_float(x); });
+    fill_normal(b, rng, [&](float x) { return from_float(x * 0.1f); });
     d_a = DeviceBuffer(std::max<std::size_t>(a.size() * 2, 16));
     d_b = DeviceBuffer(b.size() * 2);
     d_c = DeviceBuffer(std::max<std::size_t>(c_bytes(), 16));
