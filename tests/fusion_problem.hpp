@@ -14,6 +14,7 @@
 #include "driver/driver_api.hpp"
 #include "moejit/formats.hpp"
 #include "moejit/runtime.hpp"
+#include "problem_common.hpp"
 #include "reference_gemm.hpp"
 
 namespace moejit::test {
@@ -231,15 +232,7 @@ struct FusedProblem {
     x.num_groups = groups;
     x.n = n;
     x.k = k;
-    if (spec.layout == GroupLayout::contiguous) {
-      x.group_offsets = static_cast<const int*>(d_groups.get());
-      x.total_rows = total_rows;
-      x.host_groups = offsets;
-    } else {
-      x.group_counts = static_cast<const int*>(d_groups.get());
-      x.capacity = capacity;
-      x.host_groups = rows_of;
-    }
+    set_group_args(x, spec.layout, d_groups, total_rows, capacity, offsets, rows_of);
     if (high_level) x.fusion = f;
     if (f.gather_a) x.gather_rows = static_cast<const int*>(d_gather.get()), x.num_tokens = tokens;
     if (f.scatter_c) x.scatter_rows = static_cast<const int*>(d_scatter.get()), x.num_out_rows = out_rows;
@@ -323,21 +316,9 @@ struct FusedProblem {
     double err2 = 0, ref2 = 0;
     std::vector<double> got_all(ref.size(), std::nan(""));
     for (std::size_t i = 0; i < ref.size(); ++i) {
-      double got;
-      bool untouched;
-      if (spec.c == DType::f32) {
-        float v;
-        std::memcpy(&v, &raw[i * 4], 4);
-        got = v;
-        std::uint32_t bits;
-        std::memcpy(&bits, &v, 4);
-        untouched = spec.fusion.atomic ? v == kSentinel : bits == 0xFFFFFFFFu;
-      } else {
-        std::uint16_t h;
-        std::memcpy(&h, &raw[i * 2], 2);
-        got = spec.c == DType::bf16 ? bf16_to_float(h) : f16_to_float(h);
-        untouched = h == 0xFFFF;
-      }
+      const auto [got, poison] = read_output(spec.c, raw, i);
+      // atomic: C starts as zeros (rows that sum) and the sentinel (rows nothing may touch).
+      const bool untouched = spec.fusion.atomic ? got == kSentinel : poison;
       if (std::isnan(ref[i])) {
         out.written_outside += !untouched;
       } else if (std::isnan(got)) {

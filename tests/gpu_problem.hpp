@@ -10,6 +10,7 @@
 #include "driver/driver_api.hpp"
 #include "moejit/formats.hpp"
 #include "moejit/runtime.hpp"
+#include "problem_common.hpp"
 #include "reference_gemm.hpp"
 
 namespace moejit::test {
@@ -76,15 +77,7 @@ struct GroupedProblem {
     x.num_groups = groups;
     x.n = n;
     x.k = k;
-    if (layout == GroupLayout::contiguous) {
-      x.group_offsets = static_cast<const int*>(d_groups.get());
-      x.total_rows = total_rows;
-      x.host_groups = offsets;
-    } else {
-      x.group_counts = static_cast<const int*>(d_groups.get());
-      x.capacity = capacity;
-      x.host_groups = rows_of;
-    }
+    set_group_args(x, layout, d_groups, total_rows, capacity, offsets, rows_of);
     return x;
   }
 
@@ -120,21 +113,7 @@ struct GroupedProblem {
     Check out;
     double err2 = 0, ref2 = 0;
     for (std::size_t i = 0; i < ref.size(); ++i) {
-      double got;
-      bool poison_intact;
-      if (c == DType::f32) {
-        float f;
-        std::memcpy(&f, &raw[i * 4], 4);
-        got = f;
-        std::uint32_t bits;
-        std::memcpy(&bits, &f, 4);
-        poison_intact = bits == 0xFFFFFFFFu;
-      } else {
-        std::uint16_t h;
-        std::memcpy(&h, &raw[i * 2], 2);
-        got = c == DType::bf16 ? bf16_to_float(h) : f16_to_float(h);
-        poison_intact = h == 0xFFFF;
-      }
+      const auto [got, poison_intact] = read_output(c, raw, i);
       if (std::isnan(ref[i])) {
         out.written_outside += !poison_intact;
       } else if (std::isnan(got)) {

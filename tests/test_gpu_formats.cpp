@@ -25,6 +25,8 @@
 using namespace moejit;
 using moejit::test::dot_f64;
 using moejit::test::for_each_group_row;
+using moejit::test::read_output;
+using moejit::test::set_group_args;
 
 namespace {
 
@@ -178,15 +180,7 @@ struct QuantProblem {
       x.b_type = b_format;
       if (b_format == DType::nvfp4) x.b_tensor_scales = static_cast<const float*>(d_b_tensor_scales.get());
     }
-    if (layout == GroupLayout::contiguous) {
-      x.group_offsets = static_cast<const int*>(d_groups.get());
-      x.total_rows = total_rows;
-      x.host_groups = offsets;
-    } else {
-      x.group_counts = static_cast<const int*>(d_groups.get());
-      x.capacity = capacity;
-      x.host_groups = rows_of;
-    }
+    set_group_args(x, layout, d_groups, total_rows, capacity, offsets, rows_of);
     return x;
   }
 
@@ -209,21 +203,7 @@ struct QuantProblem {
     Check out;
     double err2 = 0, ref2 = 0;
     for (std::size_t i = 0; i < ref.size(); ++i) {
-      double got;
-      bool poison_intact;
-      if (c == DType::f32) {
-        std::uint32_t bits;
-        std::memcpy(&bits, &raw[i * 4], 4);
-        float f;
-        std::memcpy(&f, &bits, 4);
-        got = f;
-        poison_intact = bits == 0xFFFFFFFFu;
-      } else {
-        std::uint16_t h;
-        std::memcpy(&h, &raw[i * 2], 2);
-        got = c == DType::bf16 ? bf16_to_float(h) : f16_to_float(h);
-        poison_intact = h == 0xFFFF;
-      }
+      const auto [got, poison_intact] = read_output(c, raw, i);
       if (std::isnan(ref[i])) out.written_outside += !poison_intact;
       else if (std::isnan(got)) out.nan_in_groups++;
       else err2 += (got - ref[i]) * (got - ref[i]), ref2 += ref[i] * ref[i];
