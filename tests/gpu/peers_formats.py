@@ -10,18 +10,8 @@ import csv
 import sys
 
 import torch
-from triton.testing import do_bench
 
-SHAPES = {  # model: (experts, topk, hidden, intermediate, up_n)
-    "gpt-oss-120b": (128, 4, 2880, 2880, 5760),
-    "mixtral-8x7b": (8, 2, 4096, 14336, 28672),
-    "deepseek-v3": (256, 8, 7168, 2048, 4096),
-    "qwen3-30b-a3b": (128, 8, 2048, 768, 1536),
-}
-
-
-def median_ms(fn):
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+from peers import SHAPES, median_ms  # tests/gpu/peers.py: the suite's shapes and timing
 
 
 def ceilings():
