@@ -39,6 +39,7 @@ for s in ${STAGES:-tests example}; do
     formats)  stage formats env SKIP_TESTS=1 "$here/run_formats.sh" ;;
     sanitize) stage sanitize env SANITIZE_CASES="[gpu]" SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-200} "$here/run_sanitizers.sh" ;;
     # The fused kernels (Hopper; bf16 and FP8/4-bit cases): racecheck needed > 120 s for these two.
+    sanitize-all) stage sanitize-all "$here/run_sanitizers_all.sh" ;;
     sanitize-fused) stage sanitize-fused env SANITIZE_CASES="fusion: random top-k*,quant fusion: random*" \
                       SANITIZE_FAMILIES=${SANITIZE_FAMILIES:-hopper} SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-240} "$here/run_sanitizers.sh" ;;
     tune)     stage tune "$here/run_tune_bench.sh" ;;

@@ -135,7 +135,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   using Mma = WgmmaRsOp<kTokens>;
   constexpr int kAccRegs = Mma::kRegs;
   constexpr unsigned kXBytes = kTokens * 128;  // 64 K of BF16 per token row
-  constexpr int kConsumerWarps = 8;
+  constexpr int kConsumerThreads = 256;  // each arrives on a stage's empty barrier (retire below)
 
   extern __shared__ unsigned char moejit_smem[];
   const unsigned smem_base = smem_addr(moejit_smem);
@@ -149,7 +149,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     for (int st = 0; st < kStages; ++st) {
       // fuse=gather: + one cp.async arrival per producer thread (the token rows come by cp.async).
       mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1);
-      mbarrier_init(empty_bars + 8 * st, kConsumerWarps);
+      mbarrier_init(empty_bars + 8 * st, kConsumerThreads);
     }
     mbarrier_init_fence();
   }
@@ -274,7 +274,11 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     auto retire = [&](int done_stage) {
       wgmma_wait<0>();
       wgmma_fence_operands(acc);
-      if (lane == 0) mbarrier_arrive(empty_bars + 8 * done_stage);
+      // Every consumer thread arrives: each read its codes and scales of the stage with ld.shared
+      // (widen), and its own arrival is what orders those reads before the producer's refill. With
+      // one arrival per warp (after __syncwarp or a warpgroup bar.sync), compute-sanitizer's
+      // racecheck reported the refill racing the other lanes' reads (WAR, 2026-11-23).
+      mbarrier_arrive(empty_bars + 8 * done_stage);
     };
     unsigned frag0[4][4], frag1[4][4];
     for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
