@@ -104,10 +104,12 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   // the H100 (docs/perf.md, v4) +7-9% on long compute-bound launches (Mixtral 16384 up/down,
   // DeepSeek-V3 16384 up), but 1-20% slower with short K (Qwen3, K = 768/2048) or short launches
   // (4096 tokens), where the pair's per-tile handshake is not amortized, and in memory-bound
-  // launches (DeepSeek-V3 4096: 128 rows per expert). Hence: K >= 4096, >= 256 rows per group
-  // and at least 5000 k-blocks of 128x256 tiles per SM.
+  // launches (DeepSeek-V3 4096: 128 rows per expert). Hence: K >= 2048, >= 256 rows per group
+  // and at least 5000 k-blocks of 128x256 tiles per SM. (K >= 4096 until v6: DeepSeek-V3 down
+  // 16384, K = 2048, measured 602 vs 590 TFLOP/s with pairs in v6 and 582 vs 576 in v4; Qwen3's
+  // K = 2048 launches, where pairs lost 6%, stay under the k-block bound.)
   // Gathered A rows are not multicast: fuse=gather keeps single CTAs.
-  if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 4096 && mean_rows >= 256 &&
+  if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 2048 && mean_rows >= 256 &&
       !problem.fusion.gather_a) {
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
     if (tiles * k_blocks >= 5000LL * std::max(sm_count, 1)) spec.cluster_n = kHopperLargePair.cluster_n;
