@@ -160,20 +160,6 @@ TEST_CASE("heuristic and tuner keep the fusions; gather avoids CTA pairs", "[tun
   CHECK(choose_spec(problem, kAmpere, 108).fusion == problem.fusion);
 }
 
-TEST_CASE("heuristic: CTA pairs on the suite's long prefill launches only", "[tuning]") {
-  // DeepSeek-V3 down at 16384 tokens (256 experts x 512 rows, N = 7168, K = 2048): pairs (v6).
-  std::vector<int> dsv3(256, 512);
-  GemmProblem down{GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 7168, 2048, 256 * 512, dsv3};
-  CHECK(choose_spec(down, kHopper, 132).cluster_n == 2);
-  // Qwen3-30B-A3B up at 16384 tokens (128 x 1024 rows, N = 1536, K = 2048): too little work per SM.
-  std::vector<int> qwen(128, 1024);
-  GemmProblem up{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 1536, 2048, 128 * 1024, qwen};
-  CHECK(choose_spec(up, kHopper, 132).cluster_n == 1);
-  // K below 2048 never pairs (Qwen3 down, K = 768, lost 20%).
-  GemmProblem short_k{GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 7168, 768, 256 * 512, dsv3};
-  CHECK(choose_spec(short_k, kHopper, 132).cluster_n == 1);
-}
-
 TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) for >= 256 rows per group, never the heuristic's", "[tuning]") {
   auto count_pair_m = [](const std::vector<KernelSpec>& specs) {
     int n = 0;
