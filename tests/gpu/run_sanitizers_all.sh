@@ -3,7 +3,8 @@
 # launch — unfused (mixed sizes), fused bf16 and quantized, FP8 and 4-bit of both families, routing
 # and combine — as concurrent processes, so that the whole sweep fits one device call (each job
 # under its own timeout). Kernels are compiled with -lineinfo so reports name source lines.
-# SANITIZE_TOOLS (memcheck racecheck) and SANITIZE_ONLY (a regex on the job names) narrow it.
+# SANITIZE_TOOLS (memcheck racecheck; synccheck, initcheck too) and SANITIZE_ONLY (a regex on the
+# job names) narrow it; SANITIZE_FULL=1 drops MOEJIT_TEST_QUICK (f16 and f32 C variants too).
 # Writes one log per job and summary.txt (one line per job: tool, cases, family, result);
 # the logs travel back as one logs.tgz ($OUT returns at most 8 files).
 set -uo pipefail
@@ -39,7 +40,7 @@ for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     log="$OUT/logs/${tool}_${name}_${family:-both}.txt"
     (
       [ -n "$family" ] && export MOEJIT_TEST_FAMILY=$family
-      [ "$quick" = 1 ] && export MOEJIT_TEST_QUICK=1
+      [ "$quick" = 1 ] && [ "${SANITIZE_FULL:-0}" != 1 ] && export MOEJIT_TEST_QUICK=1
       timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 3 "$test_bin" "$spec" > "$log" 2>&1
       echo "exit code $?" >> "$log"
     ) &
