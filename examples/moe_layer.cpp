@@ -206,7 +206,7 @@ struct LayerGemms {
   Fusion up_fusion, down_fusion;
 };
 
-LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights) {
+LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoad gather_by = GatherLoad::cp_async) {
   LayerGemms g;
   if (weights != DType::bf16) g.up.b_type = g.down.b_type = weights;
   const int rows = tokens * m.top_k;
@@ -219,6 +219,7 @@ LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights) {
   g.up.num_tokens = tokens;
   g.down.num_out_rows = rows;
   g.up_fusion.gather_a = true;
+  g.up_fusion.gather_by = gather_by;  // --gather-by (Hopper; the heuristic keeps it, the portable family ignores it)
   g.up_fusion.bias = m.expert_bias;
   g.up_fusion.activation = m.activation;  // GLU on interleaved gate/up columns (the default)
   g.down_fusion.scatter_c = true;
@@ -273,7 +274,8 @@ std::vector<float> random_logits(const LayerModel& m, int tokens) {
 }
 
 // No GPU: compile what the layer would use, for sm_90a.
-int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>& token_counts, DType weights) {
+int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>& token_counts, DType weights,
+            GatherLoad gather_by) {
   fmt::print("no GPU here: prewarming the kernels the layer would use (sm_90a) instead\n");
   auto rt = Runtime::offline(Arch{9, 0, true});
   int compiled = 0, unavailable = 0;
@@ -296,7 +298,7 @@ int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>
       RoutingArgs shape = routing_shape(*m, tokens);
       auto routing = reference::route(shape, random_logits(*m, tokens),
                                       m->correction_bias ? std::vector<float>(m->experts, 0.f) : std::vector<float>{});
-      LayerGemms g = layer_gemms(*m, tokens, weights);
+      LayerGemms g = layer_gemms(*m, tokens, weights, gather_by);
       g.up.host_groups = routing.group_offsets;
       g.down.host_groups = routing.group_offsets;
       for (auto [what, args, fusion] : {std::tuple{"gemm1", &g.up, &g.up_fusion}, std::tuple{"gemm2", &g.down, &g.down_fusion}}) {
@@ -325,8 +327,9 @@ float median(std::vector<float> v) {
   return v.empty() ? 0.f : v[v.size() / 2];
 }
 
-bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights, const void* d_w1, const void* d_w2,
-               const float* d_b1, const float* d_b2, const float* d_bias, int tokens, int check_tokens, int reps) {
+bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights, GatherLoad gather_by,
+               const void* d_w1, const void* d_w2, const float* d_b1, const float* d_b2, const float* d_bias, int tokens,
+               int check_tokens, int reps) {
   const int E = m.experts, K = m.top_k, H = m.hidden, I = m.intermediate;
   const long long rows = (long long)tokens * K;
   std::vector<float> logits = random_logits(m, tokens);
@@ -355,7 +358,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   std::vector<int> offsets(E + 1);
   check_cuda(cudaMemcpy(offsets.data(), ra.group_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost), "offsets");
 
-  LayerGemms g = layer_gemms(m, tokens, weights);
+  LayerGemms g = layer_gemms(m, tokens, weights, gather_by);
   g.up.a = d_x;
   g.up.b = d_w1;
   g.up.c = d_h;
@@ -553,6 +556,7 @@ int main(int argc, char** argv) {
   int check_tokens = 32, reps = 20;
   bool route_only = false, models_bad = false;
   DType weights = DType::bf16;
+  GatherLoad gather_by = GatherLoad::cp_async;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--route-only") {
@@ -566,6 +570,8 @@ int main(int argc, char** argv) {
     else if (flag == "--reps") reps = std::atoi(value);
     else if (flag == "--weights" && std::string(value) == "bf16") weights = DType::bf16;
     else if (flag == "--weights" && std::string(value) == "mxfp4") weights = DType::mxfp4;
+    else if (flag == "--gather-by" && std::string(value) == "cp_async") gather_by = GatherLoad::cp_async;
+    else if (flag == "--gather-by" && std::string(value) == "tma") gather_by = GatherLoad::tma;
     else models_bad = true;
   }
   std::vector<const LayerModel*> models;
@@ -581,13 +587,13 @@ int main(int argc, char** argv) {
   if (models_bad || models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
     fmt::print(stderr,
                "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all (comma-separated)] [--tokens 16,1024,16384] "
-               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4] [--route-only]\n",
+               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4] [--gather-by cp_async|tma] [--route-only]\n",
                argv[0]);
     return 2;
   }
 
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return prewarm(models, token_counts, weights);
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return prewarm(models, token_counts, weights, gather_by);
 
   Runtime rt;
   fmt::print(stderr, "device: {} ({}, {} SMs); weights {}\n", rt.device_name(), rt.arch().to_text(), rt.sm_count(),
@@ -609,7 +615,7 @@ int main(int argc, char** argv) {
     float* d_bias = m->correction_bias ? device_copy(w.bias) : nullptr;
     for (int tokens : token_counts) {
       try {
-        all_ok &= run_layer(rt, *m, w, weights, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps);
+        all_ok &= run_layer(rt, *m, w, weights, gather_by, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps);
       } catch (const SpecError& e) {
         fmt::print(stderr, "{} tokens {}: the fused GEMMs are not available in this build: {}\n", m->name, tokens, e.what());
         all_ok = false;

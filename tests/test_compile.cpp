@@ -139,6 +139,9 @@ std::vector<KernelSpec> fused_variants() {
            "family=hopper,c=f32,tile=128x128x64,stages=6,fuse=gather+scatter+weight+atomic,act=swiglu_oai,glu=split",
            "family=hopper,tile=64x128x64,stages=6,layout=masked,act=gelu",
            "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=weight,act=silu",
+           // gather by one TMA copy per row
+           "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu_oai,gather_by=tma",
+           "family=hopper,layout=masked,tile=64x256x64,stages=5,fuse=gather,act=silu,gather_by=tma",
        }) {
     KernelSpec s = KernelSpec::parse(text);
     s.validate();
@@ -168,6 +171,7 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
            "family=hopper,b=mxfp4,tile=64x128x64,stages=8,fuse=gather+bias,act=swiglu_oai",
            "family=hopper,b=mxfp4,tile=128x128x64,stages=8,fuse=scatter+weight+bias",
            "family=hopper,layout=masked,b=nvfp4,c=f16,tile=32x128x64,stages=8,fuse=gather+scatter+weight,act=silu",
+           "family=hopper,b=mxfp4,tile=128x128x64,stages=8,fuse=gather+bias,act=swiglu_oai,gather_by=tma",
        }) {
     KernelSpec s = KernelSpec::parse(text);
     s.validate();

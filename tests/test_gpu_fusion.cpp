@@ -108,6 +108,19 @@ std::vector<KernelSpec> fused_specs() {
   return out;
 }
 
+// The Hopper bf16 gather variants with their rows loaded by TMA (gather_by=tma, 1-row boxes into
+// the swizzled stage): a case of their own, because whether TMA accepts a 128B-swizzled
+// destination at a 128-byte offset is what they test first (docs/design.md, "Fusions").
+std::vector<KernelSpec> tma_gather_specs() {
+  std::vector<KernelSpec> out;
+  for (KernelSpec s : fused_specs())
+    if (s.family == KernelFamily::hopper && s.fusion.gather_a && s.a == DType::bf16) {
+      s.fusion.gather_by = GatherLoad::tma;
+      out.push_back(s);
+    }
+  return out;
+}
+
 FusedProblem make(const KernelSpec& spec, int tokens, int top_k, int groups, int n, int k,
                   const std::vector<std::vector<int>>& routing, std::mt19937& rng) {
   FusedProblem p;
@@ -183,6 +196,26 @@ TEST_CASE("fusion: decode (a few tokens, many experts)", "[gpu][fusion]") {
     auto routing = random_routing(5, 2, 16, {}, rng);
     auto p = make(spec, 5, 2, 16, 512, 256, routing, rng);
     run_and_check(p, "decode");
+  }
+}
+
+TEST_CASE("fusion: rows gathered by TMA (gather_by=tma), Hopper bf16", "[gpu][fusion][gather_tma]") {
+  auto specs = tma_gather_specs();
+  if (specs.empty()) {
+    WARN("NOT RUN: no Hopper GPU (or MOEJIT_TEST_FAMILY excludes it), so no gather_by=tma variant");
+    return;
+  }
+  compile_on_all_cores(runtime(), specs);
+  std::mt19937 rng(2027);
+  for (auto& spec : specs) {
+    auto routing = random_routing(301, 4, 8, {3, 6}, rng);
+    auto p = make(spec, 301, 4, 8, 320, 136, routing, rng);
+    run_and_check(p, "random top-4, rows by TMA");
+    auto one = make(spec, 517, 1, 4, 256, 200, one_expert_routing(517, 2), rng);
+    run_and_check(one, "one expert, rows by TMA");
+    auto decode_routing = random_routing(5, 2, 16, {}, rng);
+    auto decode = make(spec, 5, 2, 16, 512, 256, decode_routing, rng);
+    run_and_check(decode, "decode, rows by TMA");
   }
 }
 

@@ -109,6 +109,18 @@ std::vector<KernelSpec> quant_fused_specs() {
   return out;
 }
 
+// The Hopper 4-bit kernel's gather variants with their token rows loaded by TMA (gather_by=tma);
+// a case of their own, as in test_gpu_fusion.cpp.
+std::vector<KernelSpec> tma_gather_specs() {
+  std::vector<KernelSpec> out;
+  for (KernelSpec s : quant_fused_specs())
+    if (s.family == KernelFamily::hopper && s.fusion.gather_a && s.is_weight_only_4bit()) {
+      s.fusion.gather_by = GatherLoad::tma;
+      out.push_back(s);
+    }
+  return out;
+}
+
 // N: FP8 with a split GLU needs (N/2) % 128 == 0 (validate_fusion_args); otherwise a ragged N.
 int n_for(const KernelSpec& s, int ragged) {
   return s.a == DType::e4m3 && s.fusion.glu_activation() && s.fusion.glu == GluLayout::split ? 512 : ragged;
@@ -167,6 +179,24 @@ TEST_CASE("quant fusion: groups padded like the routing helper's", "[gpu][fusion
     auto routing = random_routing(301, 4, 8, {3, 6}, rng);
     auto p = make(spec, 301, 4, 8, n_for(spec, 320), 160, routing, rng, 64);
     run_and_check(p, "padded groups");
+  }
+}
+
+TEST_CASE("quant fusion: token rows gathered by TMA (gather_by=tma), Hopper 4-bit", "[gpu][fusion][w4][gather_tma]") {
+  auto specs = tma_gather_specs();
+  if (specs.empty()) {
+    WARN("NOT RUN: no Hopper GPU (or MOEJIT_TEST_FAMILY excludes it), so no gather_by=tma variant");
+    return;
+  }
+  compile_on_all_cores(runtime(), specs);
+  std::mt19937 rng(2028);
+  for (auto& spec : specs) {
+    auto routing = random_routing(301, 4, 8, {3, 6}, rng);
+    auto p = make(spec, 301, 4, 8, n_for(spec, 320), 160, routing, rng);
+    run_and_check(p, "random top-4, rows by TMA");
+    auto decode_routing = random_routing(5, 2, 16, {}, rng);
+    auto decode = make(spec, 5, 2, 16, 512, 256, decode_routing, rng);
+    run_and_check(decode, "decode, rows by TMA");
   }
 }
 

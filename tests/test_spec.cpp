@@ -251,6 +251,22 @@ TEST_CASE("fusion fields: canonical text, round trip, key", "[spec][fusion]") {
   CHECK(split.fusion.glu == GluLayout::split);
   CHECK(split.to_text().find(",act=swiglu_oai,glu=split") != std::string::npos);
   CHECK_FALSE(split.key() == KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,act=swiglu_oai").key());
+  // gather_by: printed only when not cp_async; its own key, packed key and canonical round trip.
+  CHECK(s.to_text().find("gather_by") == std::string::npos);
+  auto tma = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,fuse=gather+bias,act=swiglu_oai,gather_by=tma");
+  tma.validate();
+  CHECK(tma.fusion.gather_by == GatherLoad::tma);
+  CHECK(tma.to_text().find(",glu=interleaved,gather_by=tma") != std::string::npos);
+  CHECK(KernelSpec::parse(tma.to_text()) == tma);
+  auto by_copies = tma;
+  by_copies.fusion.gather_by = GatherLoad::cp_async;
+  CHECK_FALSE(tma.key() == by_copies.key());
+  CHECK(KernelSpec::parse(by_copies.to_text() + ",gather_by=cp_async") == by_copies);
+  for (const char* bad : {"family=hopper,fuse=bias,gather_by=tma", "family=portable,fuse=gather,gather_by=tma"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(KernelSpec::parse(bad).validate(), Catch::Matchers::Contains("gather_by=tma"));
+  }
+  CHECK_THROWS_WITH(KernelSpec::parse("gather_by=dma"), Catch::Matchers::Contains("cp_async|tma"));
 }
 
 TEST_CASE("fusion specs round-trip for every flag, activation and layout", "[spec][fusion]") {

@@ -60,6 +60,7 @@ TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key
   vary([](KernelSpec& s) { s.fusion.activation = Activation::swiglu_oai; });
   vary([](KernelSpec& s) { s.fusion.atomic = true; });
   vary([](KernelSpec& s) { s.fusion.glu = GluLayout::split; });
+  vary([](KernelSpec& s) { s.fusion.gather_by = GatherLoad::tma; });
   std::set<std::pair<std::uint64_t, std::uint64_t>> keys;
   keys.insert({pack_spec(base)->lo, pack_spec(base)->hi});
   for (auto& v : variants) {
@@ -149,12 +150,18 @@ TEST_CASE("heuristic and tuner keep the fusions; gather avoids CTA pairs", "[tun
   KernelSpec s = choose_spec(problem, kHopper, 132);
   CHECK(s.fusion == problem.fusion);
   CHECK(s.cluster_n == 1);
+  int by_tma = 0;
   for (auto& c : tuning_candidates(problem, kHopper, 132)) {
-    CHECK(c.fusion == problem.fusion);
+    // The tuner also tries loading the gathered rows by TMA (gather_by=tma); nothing else differs.
+    Fusion f = c.fusion;
+    by_tma += f.gather_by == GatherLoad::tma;
+    f.gather_by = GatherLoad::cp_async;
+    CHECK(f == problem.fusion);
     CHECK(c.cluster_n == 1);
     CHECK(c.cluster_m == 1);
     CHECK_NOTHROW(c.validate());
   }
+  CHECK(by_tma > 0);
   problem.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
   CHECK(choose_spec(problem, kHopper, 132).cluster_n == 2);  // only gather rules pairs out
   CHECK(choose_spec(problem, kAmpere, 108).fusion == problem.fusion);

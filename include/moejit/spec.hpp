@@ -29,6 +29,10 @@ enum class Activation { none, silu, gelu, swiglu, swiglu_oai };
 // Where a GLU activation (swiglu, swiglu_oai) finds its gate/up pairs among the GEMM's N columns:
 // interleaved: gate = column 2i, up = 2i + 1 (gpt-oss gate_up_proj); split: gate = i, up = N/2 + i.
 enum class GluLayout { interleaved, split };
+// How a Hopper kernel with fuse=gather loads the routed rows of A: the producer warpgroup's cp.async
+// copies (16 bytes each, one barrier arrival per thread), or one TMA copy per row (a 1-row box into
+// the row's swizzled place; one expect_tx per stage). Printed as ",gather_by=tma" when not the default.
+enum class GatherLoad { cp_async, tma };
 inline bool is_glu(Activation a) { return a == Activation::swiglu || a == Activation::swiglu_oai; }
 
 // Compute capability, e.g. {9, 0, true} is sm_90a (arch-specific features: wgmma, setmaxnreg).
@@ -58,6 +62,7 @@ struct Fusion {
   bool atomic = false;          // with scatter: accumulate into C with atomic adds (c=f32; non-deterministic)
   Activation activation = Activation::none;
   GluLayout glu = GluLayout::interleaved;  // meaningful for GLU activations only
+  GatherLoad gather_by = GatherLoad::cp_async;  // meaningful with gather_a on the Hopper family only
   bool operator==(const Fusion&) const = default;
   bool any() const {
     return gather_a || scatter_c || routing_weight || bias || atomic || activation != Activation::none;
@@ -111,7 +116,8 @@ std::string_view to_text(DType);
 std::string_view to_text(Scheduler);
 std::string_view to_text(Activation);
 std::string_view to_text(GluLayout);
-// "fuse=...,act=..." (+ ",glu=..." as in KernelSpec::to_text); KernelSpec::parse reads it back.
+std::string_view to_text(GatherLoad);
+// "fuse=...,act=..." (+ ",glu=...", ",gather_by=tma" as in KernelSpec::to_text); KernelSpec::parse reads it back.
 std::string to_text(const Fusion&);
 int element_bytes(DType);  // bytes per element; 4-bit formats: 1 (two elements per byte, see pack_w4_sm90)
 

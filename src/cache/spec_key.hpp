@@ -59,7 +59,8 @@ inline std::optional<SpecKey> pack_spec(const KernelSpec& s) {
   put(lo, s.warps_n, 5);
   put(lo, s.cluster_m, 4);
   put(lo, s.fusion.atomic, 1);
-  put(lo, static_cast<int>(s.fusion.glu), 1);  // 59 bits
+  put(lo, static_cast<int>(s.fusion.glu), 1);
+  put(lo, static_cast<int>(s.fusion.gather_by), 1);  // 60 bits
   shift = 0;
   put(hi, s.cluster_n, 4);
   put(hi, s.stages, 8);

@@ -24,11 +24,13 @@ const char* scheduler_code(Scheduler s) {
   return s == Scheduler::static_persistent ? "moejit::kSchedulerStatic" : "moejit::kSchedulerDynamic";
 }
 
-// moejit::FusionConfig<gather, scatter, weight, bias, activation, glu, atomic> (common/fusion.cuh).
+// moejit::FusionConfig<gather, scatter, weight, bias, activation, glu, atomic> (common/fusion.cuh);
+// gather is false, true (cp.async) or moejit::kGatherTma.
 std::string fusion_code(const Fusion& f) {
   static constexpr const char* kActs[] = {"moejit::kActNone", "moejit::kActSilu", "moejit::kActGelu", "moejit::kActSwiglu",
                                           "moejit::kActSwigluOai"};
-  return fmt::format("moejit::FusionConfig<{}, {}, {}, {}, {}, {}, {}>", f.gather_a, f.scatter_c, f.routing_weight, f.bias,
+  const char* gather = !f.gather_a ? "false" : f.gather_by == GatherLoad::tma ? "moejit::kGatherTma" : "true";
+  return fmt::format("moejit::FusionConfig<{}, {}, {}, {}, {}, {}, {}>", gather, f.scatter_c, f.routing_weight, f.bias,
                      kActs[static_cast<int>(f.activation)],
                      f.glu == GluLayout::split ? "moejit::kGluSplit" : "moejit::kGluInterleaved", f.atomic);
 }

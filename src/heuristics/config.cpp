@@ -89,6 +89,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec = with_tile(spec, mean_rows <= 64 ? kHopperSmall : kHopperLarge);
   } else {
     spec.family = KernelFamily::portable;
+    spec.fusion.gather_by = GatherLoad::cp_async;  // a Hopper-only choice: the portable family gathers by cp.async
     spec = with_tile(spec, mean_rows <= 64 ? kPortableSmall : kPortableLarge);
     if (arch.sm() == 86 || arch.sm() == 89) spec.stages = 3;  // 99 KB of shared memory per block
   }

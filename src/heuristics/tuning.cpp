@@ -131,7 +131,7 @@ std::size_t ShapeBucketHash::operator()(const ShapeBucket& b) const noexcept {
                     (std::uint64_t)b.b_type << 53;
   const Fusion& f = b.fusion;
   y ^= (std::uint64_t)(f.gather_a | f.scatter_c << 1 | f.routing_weight << 2 | f.bias << 3 | f.atomic << 4 |
-                       (int)f.glu << 5 | (int)f.activation << 6) << 56;
+                       (int)f.glu << 5 | (int)f.activation << 6) << 56;  // gather_by: equality tells buckets apart
   x ^= y * 0x9e3779b97f4a7c15ull;
   x ^= x >> 31;
   x *= 0xbf58476d1ce4e5b9ull;
@@ -174,6 +174,17 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
     for (auto& t : kHopperTiles) add(t);
   else
     for (auto& t : kPortableTiles) add(t);
+  // Hopper gather: each candidate also loading its rows by TMA (gather_by=tma), unmeasured against
+  // the cp.async copies the heuristic uses (docs/perf.md v6).
+  if (chosen.family == KernelFamily::hopper && chosen.fusion.gather_a) {
+    const std::size_t by_copies = out.size();
+    for (std::size_t i = 0; i < by_copies; ++i) {
+      if (out[i].fusion.gather_by != GatherLoad::cp_async) continue;
+      KernelSpec s = out[i];
+      s.fusion.gather_by = GatherLoad::tma;
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    }
+  }
   return out;
 }
 

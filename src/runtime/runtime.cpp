@@ -160,6 +160,11 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
   return bucket;
 }
 
+// Rows per box of A's tensor map: gather_by=tma copies one row per TMA copy.
+unsigned gather_box_rows(const Fusion& fusion, unsigned tile_rows) {
+  return fusion.gather_a && fusion.gather_by == GatherLoad::tma ? 1u : tile_rows;
+}
+
 void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmArgs& args,
                    const std::span<const int>* groups, Stream stream) {
   const KernelSpec& spec = k.compiled->spec;
@@ -217,9 +222,10 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     // 4-bit weight-only (hopper_w4/): activations in boxes of tile-M tokens x 64 K (128-byte
     // swizzle, wgmma's B operand); the pre-arranged weights are read by plain bulk copies from p.b.
     // Fusions: one more parameter (FusionParams); fuse=gather copies the token rows with cp.async
-    // (the map over [num_tokens, K] is then only a valid placeholder).
+    // (the map over [num_tokens, K] is then only a valid placeholder) or, gather_by=tma, with one
+    // TMA copy per row (1-row boxes).
     std::uint64_t rows = std::max(static_cast<unsigned>(fusion.gather_a ? args.num_tokens : p.total_rows), 1u);
-    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, spec.tile.m, 64);
+    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, gather_box_rows(fusion, spec.tile.m), 64);
     void* params[] = {&p, &tma_a, &fp};  // the unfused kernel takes the first two
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else if (spec.family == KernelFamily::hopper) {
@@ -228,9 +234,10 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     // Fusions: split-GLU B comes in boxes of half a consumer slice; C is [rows or num_out_rows, n_out].
     std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
     const int slice_n = spec.tile.m == 64 ? spec.tile.n / 2 : spec.tile.n;
-    // (fuse=gather copies A with cp.async; the map over [num_tokens, K] is then only a valid placeholder.)
+    // (fuse=gather: the map is over [num_tokens, K]; by cp.async it is only a valid placeholder,
+    // gather_by=tma copies 1-row boxes.)
     TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, fusion.gather_a ? (std::uint64_t)args.num_tokens : rows,
-                                               args.k, 64, 64);
+                                               args.k, gather_box_rows(fusion, 64), 64);
     TmaDescriptor tma_b = make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k,
                                                // split GLU: half a slice; 2x1 pairs: each rank loads half the tile
                                                (fusion.glu_activation() && fusion.glu == GluLayout::split) || spec.cluster_m == 2

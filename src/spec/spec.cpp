@@ -51,6 +51,7 @@ constexpr EnumNames<Activation, 5> kActivations{{{{Activation::none, "none"},
                                                   {Activation::swiglu_oai, "swiglu_oai"}}}};
 
 constexpr EnumNames<GluLayout, 2> kGluLayouts{{{{GluLayout::interleaved, "interleaved"}, {GluLayout::split, "split"}}}};
+constexpr EnumNames<GatherLoad, 2> kGatherLoads{{{{GatherLoad::cp_async, "cp_async"}, {GatherLoad::tma, "tma"}}}};
 
 int parse_int(std::string_view field, std::string_view text) {
   int value = 0;
@@ -115,11 +116,13 @@ std::string_view to_text(DType v) { return kDTypes.text(v); }
 std::string_view to_text(Scheduler v) { return kSchedulers.text(v); }
 std::string_view to_text(Activation v) { return kActivations.text(v); }
 std::string_view to_text(GluLayout v) { return kGluLayouts.text(v); }
+std::string_view to_text(GatherLoad v) { return kGatherLoads.text(v); }
 int element_bytes(DType t) { return t == DType::f32 ? 4 : t == DType::bf16 || t == DType::f16 ? 2 : 1; }
 
 std::string to_text(const Fusion& f) {
   std::string out = fmt::format("fuse={},act={}", fusion_text(f), moejit::to_text(f.activation));
   if (f.glu_activation() || f.glu != GluLayout::interleaved) out += fmt::format(",glu={}", moejit::to_text(f.glu));
+  if (f.gather_by != GatherLoad::cp_async) out += fmt::format(",gather_by={}", moejit::to_text(f.gather_by));
   return out;
 }
 
@@ -227,13 +230,14 @@ KernelSpec KernelSpec::parse(std::string_view text) {
   if (auto v = take("fuse")) parse_fusion(*v, s.fusion);
   if (auto v = take("act")) s.fusion.activation = kActivations.parse("act", *v);
   if (auto v = take("glu")) s.fusion.glu = kGluLayouts.parse("glu", *v);
+  if (auto v = take("gather_by")) s.fusion.gather_by = kGatherLoads.parse("gather_by", *v);
 
-  static constexpr std::array<std::string_view, 15> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
+  static constexpr std::array<std::string_view, 16> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
                                                               "tile",   "stages", "warps", "cluster", "sched", "fuse", "act",
-                                                              "glu"};
+                                                              "glu",    "gather_by"};
   for (auto& [name, value] : fields)
     if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end())
-      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu)", name));
+      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by)", name));
   return s;
 }
 
@@ -312,6 +316,10 @@ void KernelSpec::validate() const {
     if (fusion.gather_a && family == KernelFamily::hopper && (cluster_m != 1 || cluster_n != 1))
       fail("fuse=gather with cluster={}x{} (gathered A rows are not multicast: use cluster=1x1)", cluster_m, cluster_n);
   }
+  if (fusion.gather_by != GatherLoad::cp_async && !(fusion.gather_a && family == KernelFamily::hopper))
+    fail("gather_by={} with fuse={} on family={} (gather_by chooses how the Hopper family loads gathered rows: "
+         "it needs fuse=gather and family=hopper)",
+         moejit::to_text(fusion.gather_by), fusion_text(fusion), moejit::to_text(family));
   if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
     fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));
   if (cluster_m != 1 || cluster_n != 1) {

@@ -12,13 +12,17 @@ namespace moejit {
 // Values mirror moejit::Activation and moejit::GluLayout on the host.
 enum ActivationKind : int { kActNone = 0, kActSilu = 1, kActGelu = 2, kActSwiglu = 3, kActSwigluOai = 4 };
 enum GluKind : int { kGluInterleaved = 0, kGluSplit = 1 };
+// kGather: 0 (false) no gather, 1 (true) gathered rows by cp.async, kGatherTma one TMA copy per row
+// (Hopper; moejit::GatherLoad on the host).
+enum GatherKind : int { kGatherTma = 2 };
 
 // Enumerators rather than static constexpr members: those are variables that NVRTC emits into
 // every kernel's PTX as globals (which changed the unfused kernels' generated code).
-template <bool kGather, bool kScatter, bool kWeight, bool kBias, int kAct, int kGlu, bool kAtomic>
+template <int kGather, bool kScatter, bool kWeight, bool kBias, int kAct, int kGlu, bool kAtomic>
 struct FusionConfig {
   enum : int {
-    gather = kGather,
+    gather = kGather != 0,
+    gather_tma = kGather == kGatherTma,
     scatter = kScatter,
     weight = kWeight,
     bias = kBias,
@@ -28,7 +32,7 @@ struct FusionConfig {
     atomic = kAtomic,
     // Anything that changes the values or where they go (gather alone changes neither).
     epilogue = kScatter || kWeight || kBias || kAct != kActNone || kAtomic,
-    any = kGather || kScatter || kWeight || kBias || kAct != kActNone || kAtomic,
+    any = kGather != 0 || kScatter || kWeight || kBias || kAct != kActNone || kAtomic,
   };
 };
 using NoFusion = FusionConfig<false, false, false, false, kActNone, kGluInterleaved, false>;

@@ -56,4 +56,43 @@ struct GatherRowsSm90 {
   }
 };
 
+// fuse=gather with gather_by=tma: one TMA copy per row instead of eight cp.async. The A map is
+// over [num_tokens, K] with a 1-row x 64-column box (128B swizzle); a copy into row r's place in the
+// 1024-byte aligned stage (stage + 128 r) lands swizzled exactly as a whole-tile copy would (the
+// swizzle follows the shared-memory address). Rows past the group's end are not copied (nor
+// stored); a token outside [0, num_tokens) is read at row num_tokens, past the map: TMA fills it
+// with zeros and still counts its 128 bytes, as it does for the columns past K. The stage's full
+// barrier then needs one arrive.expect_tx of rows x 128 bytes (+ B's bytes) and no per-thread
+// arrivals. Thread t of the producer warpgroup owns rows t, t + 128, ...
+template <int kRows>
+struct GatherRowsTmaSm90 {
+  static constexpr int kPerThread = (kRows + 127) / 128;
+  static constexpr int kNoRow = -1;
+  int row_coord[kPerThread];  // the token row in A, num_tokens for a zero row, kNoRow past the group
+
+  __device__ __forceinline__ void load_tokens(const int* gather_rows, int row0, int rows_valid, int num_tokens, int thread) {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int r = thread + 128 * i;
+      int c = kNoRow;
+      if (r < kRows && r < rows_valid) {
+        const int t = __ldg(gather_rows + row0 + r);
+        c = (unsigned)t < (unsigned)num_tokens ? t : num_tokens;
+      }
+      row_coord[i] = c;
+    }
+  }
+
+  // Bytes the tile's copies of one K block bring: 128 per row inside the group.
+  __device__ __forceinline__ static unsigned tx_bytes(int rows_valid) {
+    return 128u * (unsigned)max(0, min(rows_valid, kRows));
+  }
+
+  __device__ __forceinline__ void copy_k_block(unsigned stage, const TmaDescriptor& map, unsigned bar, int k0, int thread) const {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i)
+      if (row_coord[i] != kNoRow) tma_load_2d(stage + 128u * (unsigned)(thread + 128 * i), map, bar, k0, row_coord[i]);
+  }
+};
+
 }  // namespace moejit::hopper

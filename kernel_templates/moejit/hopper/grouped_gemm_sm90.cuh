@@ -138,8 +138,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     tma_prefetch_descriptor(tma_b);
     if constexpr (kStaged) tma_prefetch_descriptor(tma_c);
     for (int s = 0; s < kStages; ++s) {
-      // fuse=gather: + one cp.async arrival per producer thread (the rows of A come by cp.async).
-      mbarrier_init(full_bars + 8 * s, Fuse::gather ? 1 + 128 : 1);
+      // fuse=gather by cp.async: + one arrival per producer thread (when its copies have landed).
+      mbarrier_init(full_bars + 8 * s, Fuse::gather && !Fuse::gather_tma ? 1 + 128 : 1);
       mbarrier_init(empty_bars + 8 * s, kConsumerWarps * (kPaired ? 2 : 1));
     }
     for (int r = 0; r < kTileRing; ++r) {
@@ -223,7 +223,25 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         const bool a_upper = kBlockM == 128 && tile.m_block * kBlockM + 64 < tile.group_rows;
         const unsigned tx_bytes = kPairM ? (has_a ? (a_upper ? kABytes : kAHalfBytes) : 0u) + kBBytes
                                          : (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
-        if constexpr (Fuse::gather) {
+        if constexpr (Fuse::gather_tma) {
+          // gather_by=tma: each producer thread copies its rows of A with one TMA copy per row and
+          // K block (hopper/gather.cuh); thread 0's arrive.expect_tx counts their bytes and B's.
+          GatherRowsTmaSm90<kBlockM> rows;
+          const int rows_valid = tile.group_rows - tile.m_block * kBlockM;
+          rows.load_tokens(f->gather_rows, a_row, rows_valid, f->num_tokens, (int)threadIdx.x);
+          for (int kb = 0; kb < num_k_blocks; ++kb) {
+            const unsigned full = full_bars + 8 * stage;
+            mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+            if (producer_leader) {
+              mbarrier_arrive_expect_tx(full, kBBytes + rows.tx_bytes(rows_valid));
+              load_b_tile<kBlockN, kWgN, Fuse::glu_split>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK,
+                                                          tile.group, n_block, p.n);
+            }
+            rows.copy_k_block(a_stages + stage * kABytes, tma_a, full, kb * kBlockK, (int)threadIdx.x);
+            if (++stage == kStages) stage = 0, phase ^= 1;
+          }
+          continue;
+        } else if constexpr (Fuse::gather) {
           // fuse=gather: the producer warpgroup copies A row by row with cp.async (hopper/gather.cuh),
           // B by TMA as usual. The full barrier counts thread 0's arrive.expect_tx (B's bytes) and
           // one cp.async.mbarrier.arrive.noinc per producer thread, which fires when that thread's
@@ -293,7 +311,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       // fuse=gather: no lane exits with copies (and their barrier arrivals) still in flight; the
       // PTX ISA does not say what happens to them, and CUTLASS's cp.async producers also wait
       // (producer_tail) before they exit. Free: nothing is left for the producer to do.
-      if constexpr (Fuse::gather) cp_async_wait_all_sm90();
+      if constexpr (Fuse::gather && !Fuse::gather_tma) cp_async_wait_all_sm90();
     }
   } else {
     // ---------------- consumers ----------------
@@ -376,7 +394,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         mbarrier_wait(full_bars + 8 * stage, phase);
         // fuse=gather: A came through the generic proxy (cp.async); order it before wgmma's reads.
-        if constexpr (Fuse::gather) fence_proxy_async_shared();
+        if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
         const unsigned a_tile = a_stages + stage * kABytes + a_offset;
         const unsigned b_tile = b_stages + stage * kBBytes + b_offset;
         wgmma_fence();

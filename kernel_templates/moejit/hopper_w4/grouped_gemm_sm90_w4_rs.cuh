@@ -148,7 +148,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     tma_prefetch_descriptor(tma_a);
     for (int st = 0; st < kStages; ++st) {
       // fuse=gather: + one cp.async arrival per producer thread (the token rows come by cp.async).
-      mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1);
+      mbarrier_init(full_bars + 8 * st, Fuse::gather && !Fuse::gather_tma ? 1 + 128 : 1);
       mbarrier_init(empty_bars + 8 * st, kConsumerThreads);
     }
     mbarrier_init_fence();
@@ -164,7 +164,31 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 
   if (warpgroup == 0) {
     warpgroup_release_registers<40>();
-    if constexpr (Fuse::gather) {
+    if constexpr (Fuse::gather_tma) {
+      // gather_by=tma: thread 0 bulk-copies the weights and expects their bytes and the rows'; each
+      // thread copies its token rows with one TMA copy per row and K block (hopper/gather.cuh).
+      GatherRowsTmaSm90<kTokens> rows;
+      int stage = 0;
+      unsigned phase = 0;
+      for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+        const int x_row = tile.row_begin + tile.m_block * kTokens;
+        const int rows_valid = tile.group_rows - tile.m_block * kTokens;
+        rows.load_tokens(f->gather_rows, x_row, rows_valid, f->num_tokens, (int)threadIdx.x);
+        const unsigned char* w_blocks = static_cast<const unsigned char*>(p.b) +
+            (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kBlockBytes;
+        for (int kb = 0; kb < num_k_blocks; ++kb) {
+          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+          const unsigned full = full_bars + 8 * stage;
+          if (threadIdx.x == 0) {
+            mbarrier_arrive_expect_tx(full, kBlockBytes + rows.tx_bytes(rows_valid));
+            bulk_load(w_stages + stage * kBlockBytes, w_blocks + static_cast<long long>(kb) * kBlockBytes,
+                      kBlockBytes, full);
+          }
+          rows.copy_k_block(x_stages + stage * kXBytes, tma_a, full, kb * 64, (int)threadIdx.x);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+      }
+    } else if constexpr (Fuse::gather) {
       // The producer warpgroup: thread 0 bulk-copies the weights (expect_tx of their bytes), every
       // thread copies its share of the tile's token rows (64 K of BF16 = 128 bytes each) with
       // cp.async (hopper/gather.cuh), then arrives on the full barrier when they land (noinc).
@@ -229,7 +253,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     auto widen = [&](unsigned (&frag)[4][4]) {
       mbarrier_wait(full_bars + 8 * stage, phase);
       // fuse=gather: the token rows came through the generic proxy (cp.async); order them before wgmma.
-      if constexpr (Fuse::gather) fence_proxy_async_shared();
+      if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
       const unsigned w_stage = w_stages + stage * kBlockBytes;
       unsigned codes[4], scales[2];
       asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
