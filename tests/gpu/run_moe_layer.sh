@@ -50,6 +50,13 @@ echo "== moejit fused layer, gpt-oss-120b with MXFP4 weights (Hopper 4-bit kerne
   2> "$OUT/moe_layer_mxfp4.txt" || status=1
 cat "$OUT/moe_layer_mxfp4.txt"
 
+echo "== gpt-oss-120b fused GEMM1 with its rows gathered by TMA (gather_by=tma) instead of cp.async, bf16 and MXFP4"
+for w in bf16 mxfp4; do
+  "$BUILD"/examples/moe_layer --model gpt-oss-120b --weights $w --gather-by tma --tokens "$TOKENS" \
+    > "$OUT/moe_layer_tma_$w.csv" 2> "$OUT/moe_layer_tma_$w.txt" || status=1
+  grep -E "gemm1|matches|DOES NOT" "$OUT/moe_layer_tma_$w.txt"
+done
+
 echo "== routing alone at DeepSeek-V3's shape (256 experts, top-8, 8 groups)"
 "$BUILD"/examples/moe_layer --model deepseek-v3 --tokens "$TOKENS" --route-only >> "$OUT/moe_layer.csv" \
   2>> "$OUT/moe_layer.txt" || status=1

@@ -47,4 +47,11 @@ for s in ${STAGES:-tests example}; do
     *) echo "unknown stage '$s'"; status=1 ;;
   esac
 done
+# The device tool brings back at most 8 files: everything goes into logs.tgz; each stage's tables
+# (*.md, summary.txt) stay beside it for a quick look.
+if [ "${KEEP_FILES:-0}" != 1 ]; then
+  archive=$(mktemp /tmp/moejit-logs.XXXXXX)
+  (cd "$OUT" && tar czf "$archive" --exclude=logs.tgz . && mv "$archive" logs.tgz && find . -mindepth 1 -type f \
+     ! -name logs.tgz ! -name '*.md' ! -name summary.txt -delete && find . -mindepth 1 -type d -empty -delete)
+fi
 exit $status
