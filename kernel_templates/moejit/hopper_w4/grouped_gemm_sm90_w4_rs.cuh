@@ -164,59 +164,46 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 
   if (warpgroup == 0) {
     warpgroup_release_registers<40>();
-    if constexpr (Fuse::gather_tma) {
-      // gather_by=tma: thread 0 bulk-copies the weights and expects their bytes and the rows'; each
-      // thread copies its token rows with one TMA copy per row and K block (hopper/gather.cuh).
-      GatherRowsTmaSm90<kTokens> rows;
+    if constexpr (Fuse::gather) {
+      // The producer warpgroup: thread 0 bulk-copies the weights (expect_tx of their bytes), every
+      // thread copies its share of the tile's token rows (64 K of BF16 = 128 bytes each) with
+      // cp.async (hopper/gather.cuh), then arrives on the full barrier when they land (noinc); or,
+      // gather_by=tma, with one TMA copy per row whose bytes thread 0 expects as well (no arrival).
+      // Rows past the group are not copied (their accumulator columns are never stored); an index
+      // outside [0, num_tokens) reads a zero row.
+      const unsigned short* const x_base = static_cast<const unsigned short*>(p.a);
+      GatherRowsSm90<kTokens> rows((int)threadIdx.x);
+      GatherRowsTmaSm90<kTokens> tma_rows;
       int stage = 0;
       unsigned phase = 0;
       for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
         const int x_row = tile.row_begin + tile.m_block * kTokens;
         const int rows_valid = tile.group_rows - tile.m_block * kTokens;
-        rows.load_tokens(f->gather_rows, x_row, rows_valid, f->num_tokens, (int)threadIdx.x);
+        if constexpr (Fuse::gather_tma)
+          tma_rows.load_tokens(f->gather_rows, x_row, rows_valid, f->num_tokens, (int)threadIdx.x);
+        else
+          rows.load_tokens(f->gather_rows, x_row, rows_valid, f->num_tokens, p.k);
         const unsigned char* w_blocks = static_cast<const unsigned char*>(p.b) +
             (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kBlockBytes;
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
           const unsigned full = full_bars + 8 * stage;
           if (threadIdx.x == 0) {
-            mbarrier_arrive_expect_tx(full, kBlockBytes + rows.tx_bytes(rows_valid));
+            mbarrier_arrive_expect_tx(full, kBlockBytes + (Fuse::gather_tma ? tma_rows.tx_bytes(rows_valid) : 0u));
             bulk_load(w_stages + stage * kBlockBytes, w_blocks + static_cast<long long>(kb) * kBlockBytes,
                       kBlockBytes, full);
           }
-          rows.copy_k_block(x_stages + stage * kXBytes, tma_a, full, kb * 64, (int)threadIdx.x);
-          if (++stage == kStages) stage = 0, phase ^= 1;
-        }
-      }
-    } else if constexpr (Fuse::gather) {
-      // The producer warpgroup: thread 0 bulk-copies the weights (expect_tx of their bytes), every
-      // thread copies its share of the tile's token rows (64 K of BF16 = 128 bytes each) with
-      // cp.async (hopper/gather.cuh), then arrives on the full barrier when they land (noinc).
-      // Rows past the group are not copied (their accumulator columns are never stored); an index
-      // outside [0, num_tokens) reads a zero row.
-      const unsigned short* const x_base = static_cast<const unsigned short*>(p.a);
-      GatherRowsSm90<kTokens> rows((int)threadIdx.x);
-      int stage = 0;
-      unsigned phase = 0;
-      for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
-        const int x_row = tile.row_begin + tile.m_block * kTokens;
-        rows.load_tokens(f->gather_rows, x_row, tile.group_rows - tile.m_block * kTokens, f->num_tokens, p.k);
-        const unsigned char* w_blocks = static_cast<const unsigned char*>(p.b) +
-            (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kBlockBytes;
-        for (int kb = 0; kb < num_k_blocks; ++kb) {
-          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
-          const unsigned full = full_bars + 8 * stage;
-          if (threadIdx.x == 0) {
-            mbarrier_arrive_expect_tx(full, kBlockBytes);
-            bulk_load(w_stages + stage * kBlockBytes, w_blocks + static_cast<long long>(kb) * kBlockBytes,
-                      kBlockBytes, full);
+          if constexpr (Fuse::gather_tma) {
+            tma_rows.copy_k_block(x_stages + stage * kXBytes, tma_a, full, kb * 64, (int)threadIdx.x);
+          } else {
+            rows.copy_k_block(x_stages + stage * kXBytes, x_base, p.k, kb * 64);
+            cp_async_mbarrier_arrive_noinc(full);
           }
-          rows.copy_k_block(x_stages + stage * kXBytes, x_base, p.k, kb * 64);
-          cp_async_mbarrier_arrive_noinc(full);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
-      cp_async_wait_all_sm90();  // no thread exits with copies (and their arrivals) in flight
+      // No thread exits with copies (and their arrivals) in flight.
+      if constexpr (!Fuse::gather_tma) cp_async_wait_all_sm90();
     } else if (threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;
