@@ -7,9 +7,9 @@
 #   STAGES="bench layer"          the 40-case suite with torch + ceilings (~20 s); the fused MoE
 #                                 layer and its torch composition (~4 min)
 #   STAGES="formats"              FP8 / MXFP4 / NVFP4 on the suite with their peers (~5 min)
-#   STAGES="sanitize"             memcheck + racecheck, mixed-size case, bf16, both families (~1 min)
-#   STAGES="sanitize-fused"       memcheck + racecheck over two fused test cases, Hopper (~4-8 min)
-#   STAGES="tune"                 heuristic vs autotuner table, launch overhead  (~6 min)
+#   STAGES="sanitize-all"         memcheck + racecheck over every kernel kind at once (~2.5 min);
+#                                 "sanitize" / "sanitize-fused": the unfused / fused groups alone
+#   STAGES="tune"                 heuristic vs autotuner table, launch overhead (25 s in v6)
 #   STAGES="ncu"                  Nsight Compute on gpt-oss's fused and plain GEMM1 (bf16, MXFP4)
 # tests/gpu/README.md gives the order and the device calls. Exit status: 1 if any stage failed.
 set -uo pipefail
@@ -37,11 +37,11 @@ for s in ${STAGES:-tests example}; do
     bench)    stage bench "$here/run_bench.sh" ;;
     layer)    stage layer "$here/run_moe_layer.sh" ;;
     formats)  stage formats env SKIP_TESTS=1 "$here/run_formats.sh" ;;
-    sanitize) stage sanitize env SANITIZE_CASES="[gpu]" SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-200} "$here/run_sanitizers.sh" ;;
-    # The fused kernels (Hopper; bf16 and FP8/4-bit cases): racecheck needed > 120 s for these two.
-    sanitize-all) stage sanitize-all "$here/run_sanitizers_all.sh" ;;
-    sanitize-fused) stage sanitize-fused env SANITIZE_CASES="fusion: random top-k*,quant fusion: random*" \
-                      SANITIZE_FAMILIES=${SANITIZE_FAMILIES:-hopper} SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-240} "$here/run_sanitizers.sh" ;;
+    # memcheck + racecheck (SANITIZE_TOOLS) over job groups of the GPU tests, concurrently
+    # (run_sanitizers_all.sh): every kernel kind, or the unfused / fused groups alone.
+    sanitize-all)   stage sanitize-all "$here/run_sanitizers_all.sh" ;;
+    sanitize)       stage sanitize env SANITIZE_ONLY='^unfused$' "$here/run_sanitizers_all.sh" ;;
+    sanitize-fused) stage sanitize-fused env SANITIZE_ONLY='^fused$' "$here/run_sanitizers_all.sh" ;;
     tune)     stage tune "$here/run_tune_bench.sh" ;;
     ncu)      stage ncu "$here/run_ncu_fused.sh" ;;
     *) echo "unknown stage '$s'"; status=1 ;;
