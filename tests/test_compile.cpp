@@ -182,7 +182,10 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
   std::vector<KernelSpec> fp8;
   for (const char* text : {"family=hopper,a=e4m3,b=e4m3,tile=128x128x128,stages=6,fuse=bias,act=swiglu",
                            "family=hopper,a=e4m3,b=e4m3,c=f32,tile=64x256x128,stages=5,layout=masked,"
-                           "fuse=scatter+weight+atomic,act=gelu"}) {
+                           "fuse=scatter+weight+atomic,act=gelu",
+                           // 128x192 (opt-in): plain and fused
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5",
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,fuse=scatter+weight+bias"}) {
     KernelSpec s = KernelSpec::parse(text);
     s.validate();
     fp8.push_back(s);

@@ -287,6 +287,21 @@ TEST_CASE("fp8: every variant, mixed groups (empty, 1, tile +-1), ragged N and p
   }
 }
 
+TEST_CASE("fp8: 128x192 tiles, a slice over two B scale blocks (opt-in; not chosen by the heuristic yet)", "[gpu][fp8]") {
+  if (!has_sm90a()) return skip_without_sm90a("FP8");
+  std::mt19937 rng(8105);
+  for (const char* variant : {"c=bf16", "c=f32,layout=masked"}) {
+    KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,{}", variant));
+    spec.arch = runtime().arch();
+    // N = 200: the second N tile starts at 192, its first scale block is 64 columns wide, the
+    // next one lies past N. N = 384: both tiles straddle two scale blocks (split at 128, 64).
+    auto p = fp8_problem(spec.layout, spec.c, {0, 1, 129, 127, 0, 300, 129}, 200, 400, rng);
+    run_spec(spec, p, "128x192, N = 200");
+    auto q = fp8_problem(spec.layout, spec.c, {700, 0, 1, 256, 513, 64, 900, 130}, 384, 1024, rng);
+    run_spec(spec, q, "128x192, N = 384");
+  }
+}
+
 TEST_CASE("fp8: every portable variant (E4M3 widened to BF16, promotion per 128 K)", "[gpu][fp8]") {
   std::mt19937 rng(8104);
   for (const KernelSpec& spec : fp8_candidates(runtime().arch(), KernelFamily::portable)) {

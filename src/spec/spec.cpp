@@ -347,8 +347,11 @@ void KernelSpec::validate() const {
   } else if (a == DType::e4m3) {
     // FP8 block-scaled kernel (kernel_templates/moejit/hopper_fp8/): what it implements so far.
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
-    if (!(tile.m == 128 && tile.n == 128 && tile.k == 128) && !(tile.m == 64 && tile.n == 256 && tile.k == 128))
-      fail("tile {}x{}x{} (FP8 allows: 128x128x128|64x256x128; K = one 128-wide scale block)", tile.m, tile.n, tile.k);
+    // 128x192x128: opt-in (compiled; not chosen by the heuristic or the tuner until measured).
+    if (!(tile.m == 128 && tile.n == 128 && tile.k == 128) && !(tile.m == 64 && tile.n == 256 && tile.k == 128) &&
+        !(tile.m == 128 && tile.n == 192 && tile.k == 128))
+      fail("tile {}x{}x{} (FP8 allows: 128x128x128|128x192x128|64x256x128; K = one 128-wide scale block)", tile.m,
+           tile.n, tile.k);
     if (scheduler != Scheduler::static_persistent) fail("sched=dynamic (the FP8 kernel has the static scheduler only so far)");
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (FP8: 1x1)", cluster_m, cluster_n);
   } else if (is_weight_only_4bit()) {

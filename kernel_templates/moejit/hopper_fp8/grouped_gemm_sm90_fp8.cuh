@@ -48,9 +48,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                                  const FusionParams* f = nullptr) {
   static_assert(!Fuse::gather && !Fuse::glu_split, "FP8 Hopper kernel: no gather, no split GLU");
-  // Each consumer warpgroup's columns must lie in one 128-wide scale block of B.
-  static_assert((kBlockM == 128 && kBlockN == 128) || (kBlockM == 64 && kBlockN == 256),
-                "FP8 tiles: 128x128 (consumers split rows) or 64x256 (consumers split columns)");
+  // A consumer warpgroup's columns lie in one 128-wide scale block of B, or (128x192) in two: its
+  // 192 columns start at a multiple of 64, so the first block's part is 128 or 64 columns wide.
+  static_assert((kBlockM == 128 && kBlockN == 128) || (kBlockM == 64 && kBlockN == 256) ||
+                    (kBlockM == 128 && kBlockN == 192),
+                "FP8 tiles: 128x128 or 128x192 (consumers split rows) or 64x256 (consumers split columns)");
   static_assert(fp8_smem_bytes<kBlockM, kBlockN, kStages>() <= 232448, "stages do not fit in 227 KB");
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
 
@@ -131,12 +133,18 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // memcheck, H100, 2026-11-23: n0 / 128 read one block past the last group's end).
       const float* sb_block = static_cast<const float*>(p.scale_b) +
                               (static_cast<long long>(tile.group) * n_scale_blocks + min(n0, p.n - 1) / 128) * num_k_blocks;
+      // 128x192: columns [split, 192) of the slice take the next scale block's scale (or, past N,
+      // where nothing is stored, this block's again: the read stays inside B's scales).
+      constexpr bool kTwoScaleBlocks = kWgN > 128;
+      const int split = kTwoScaleBlocks ? 128 - n0 % 128 : kWgN;
+      const float* sb_block_hi = kTwoScaleBlocks && n0 + split < p.n ? sb_block + num_k_blocks : sb_block;
       const long long a_stride = p.total_rows;
-      float sa0 = 0.f, sa1 = 0.f, sb = 0.f;
+      float sa0 = 0.f, sa1 = 0.f, sb = 0.f, sb_hi = 0.f;
       if (num_k_blocks > 0) {
         sa0 = sa_row0 ? __ldg(sa_row0) : 0.f;
         sa1 = sa_row1 ? __ldg(sa_row1) : 0.f;
         sb = __ldg(sb_block);
+        if constexpr (kTwoScaleBlocks) sb_hi = __ldg(sb_block_hi);
       }
       if constexpr (Fuse::bias) {
         init_acc_with_bias<kBlockN, kWgN, false>(acc, *f, tile.group, p.n, tile.n_block * kBlockN, tile_col0, lane);
@@ -156,24 +164,39 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           Mma::mma(part, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), k != 0);
         wgmma_commit();
         // Next block's scales load while the MMAs run.
-        float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = 0.f;
+        float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = 0.f, next_sb_hi = 0.f;
         if (kb + 1 < num_k_blocks) {
           next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
           next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
           next_sb = __ldg(sb_block + kb + 1);
+          if constexpr (kTwoScaleBlocks) next_sb_hi = __ldg(sb_block_hi + kb + 1);
         }
         wgmma_wait<0>();
         wgmma_fence_operands(part);
         if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
         if (++stage == kStages) stage = 0, phase ^= 1;
-        // Register 4j + 2h + e of the m64nN layout belongs to row lane/4 + 8h.
-        const float scale0 = sa0 * sb, scale1 = sa1 * sb;
+        // Register 4j + 2h + e of the m64nN layout belongs to row lane/4 + 8h, column 8j + ...
+        if constexpr (kTwoScaleBlocks) {
+          const float lo0 = sa0 * sb, lo1 = sa1 * sb, hi0 = sa0 * sb_hi, hi1 = sa1 * sb_hi;
 #pragma unroll
-        for (int j = 0; j < kAccRegs / 4; ++j) {
-          acc[4 * j + 0] = fmaf(part[4 * j + 0], scale0, acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(part[4 * j + 1], scale0, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(part[4 * j + 2], scale1, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(part[4 * j + 3], scale1, acc[4 * j + 3]);
+          for (int j = 0; j < kAccRegs / 4; ++j) {
+            const bool hi = 8 * j >= split;
+            const float scale0 = hi ? hi0 : lo0, scale1 = hi ? hi1 : lo1;
+            acc[4 * j + 0] = fmaf(part[4 * j + 0], scale0, acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1], scale0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2], scale1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3], scale1, acc[4 * j + 3]);
+          }
+          sb_hi = next_sb_hi;
+        } else {
+          const float scale0 = sa0 * sb, scale1 = sa1 * sb;
+#pragma unroll
+          for (int j = 0; j < kAccRegs / 4; ++j) {
+            acc[4 * j + 0] = fmaf(part[4 * j + 0], scale0, acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1], scale0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2], scale1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3], scale1, acc[4 * j + 3]);
+          }
         }
         sa0 = next_sa0, sa1 = next_sa1, sb = next_sb;
       }
