@@ -363,4 +363,18 @@ inline std::vector<std::vector<int>> one_expert_routing(int tokens, int expert) 
   return std::vector<std::vector<int>>(tokens, std::vector<int>{expert});
 }
 
+// The Hopper gather specs among `specs` that `keep` accepts, with their rows loaded by TMA
+// (gather_by=tma): the fused GPU tests run them in cases of their own, because whether TMA takes a
+// 128B-swizzled destination at a 128-byte offset is what they test first (docs/design.md, "Fusions").
+template <class Keep>
+std::vector<KernelSpec> tma_gather_variants(const std::vector<KernelSpec>& specs, Keep keep) {
+  std::vector<KernelSpec> out;
+  for (KernelSpec s : specs)
+    if (s.family == KernelFamily::hopper && s.fusion.gather_a && keep(s)) {
+      s.fusion.gather_by = GatherLoad::tma;
+      out.push_back(s);
+    }
+  return out;
+}
+
 }  // namespace moejit::test

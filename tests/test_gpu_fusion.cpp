@@ -108,17 +108,9 @@ std::vector<KernelSpec> fused_specs() {
   return out;
 }
 
-// The Hopper bf16 gather variants with their rows loaded by TMA (gather_by=tma, 1-row boxes into
-// the swizzled stage): a case of their own, because whether TMA accepts a 128B-swizzled
-// destination at a 128-byte offset is what they test first (docs/design.md, "Fusions").
+// The Hopper bf16 gather variants with their rows loaded by TMA (gather_by=tma).
 std::vector<KernelSpec> tma_gather_specs() {
-  std::vector<KernelSpec> out;
-  for (KernelSpec s : fused_specs())
-    if (s.family == KernelFamily::hopper && s.fusion.gather_a && s.a == DType::bf16) {
-      s.fusion.gather_by = GatherLoad::tma;
-      out.push_back(s);
-    }
-  return out;
+  return tma_gather_variants(fused_specs(), [](const KernelSpec& s) { return s.a == DType::bf16; });
 }
 
 FusedProblem make(const KernelSpec& spec, int tokens, int top_k, int groups, int n, int k,

@@ -109,16 +109,9 @@ std::vector<KernelSpec> quant_fused_specs() {
   return out;
 }
 
-// The Hopper 4-bit kernel's gather variants with their token rows loaded by TMA (gather_by=tma);
-// a case of their own, as in test_gpu_fusion.cpp.
+// The Hopper 4-bit kernel's gather variants with their token rows loaded by TMA (gather_by=tma).
 std::vector<KernelSpec> tma_gather_specs() {
-  std::vector<KernelSpec> out;
-  for (KernelSpec s : quant_fused_specs())
-    if (s.family == KernelFamily::hopper && s.fusion.gather_a && s.is_weight_only_4bit()) {
-      s.fusion.gather_by = GatherLoad::tma;
-      out.push_back(s);
-    }
-  return out;
+  return tma_gather_variants(quant_fused_specs(), [](const KernelSpec& s) { return s.is_weight_only_4bit(); });
 }
 
 // N: FP8 with a split GLU needs (N/2) % 128 == 0 (validate_fusion_args); otherwise a ragged N.
