@@ -13,7 +13,9 @@ mkdir -p "$OUT"
 export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-/tmp/moejit-cache}
 export PATH=/usr/local/cuda/bin:$PATH
 BUILD=${BUILD:-build}
-sections=${NCU_SECTIONS:-"SpeedOfLight MemoryWorkloadAnalysis WarpStateStats SchedulerStats LaunchStats Occupancy"}
+# SourceCounters with -lineinfo kernels: the warp-stall samples by source line (top stall locations).
+export MOEJIT_LINEINFO=1
+sections=${NCU_SECTIONS:-"SpeedOfLight MemoryWorkloadAnalysis WarpStateStats SchedulerStats LaunchStats Occupancy SourceCounters"}
 section_args=()
 for s in $sections; do section_args+=(--section "$s"); done
 status=0
