@@ -206,7 +206,7 @@ struct LayerGemms {
   Fusion up_fusion, down_fusion;
 };
 
-LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoad gather_by = GatherLoad::cp_async) {
+LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoad gather_by) {
   LayerGemms g;
   if (weights != DType::bf16) g.up.b_type = g.down.b_type = weights;
   const int rows = tokens * m.top_k;

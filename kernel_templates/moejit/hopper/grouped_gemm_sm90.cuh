@@ -222,43 +222,35 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         const bool a_upper = kBlockM == 128 && tile.m_block * kBlockM + 64 < tile.group_rows;
         const unsigned tx_bytes = kPairM ? (has_a ? (a_upper ? kABytes : kAHalfBytes) : 0u) + kBBytes
                                          : (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
-        if constexpr (Fuse::gather_tma) {
-          // gather_by=tma: each producer thread copies its rows of A with one TMA copy per row and
-          // K block (hopper/gather.cuh); thread 0's arrive.expect_tx counts their bytes and B's.
-          GatherRowsTmaSm90<kBlockM> rows;
-          const int rows_valid = tile.group_rows - tile.m_block * kBlockM;
-          rows.load_tokens(f->gather_rows, a_row, rows_valid, f->num_tokens, (int)threadIdx.x);
-          for (int kb = 0; kb < num_k_blocks; ++kb) {
-            const unsigned full = full_bars + 8 * stage;
-            mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
-            if (producer_leader) {
-              mbarrier_arrive_expect_tx(full, kBBytes + rows.tx_bytes(rows_valid));
-              load_b_tile<kBlockN, kWgN, Fuse::glu_split>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK,
-                                                          tile.group, n_block, p.n);
-            }
-            rows.copy_k_block(a_stages + stage * kABytes, tma_a, full, kb * kBlockK, (int)threadIdx.x);
-            if (++stage == kStages) stage = 0, phase ^= 1;
-          }
-          continue;
-        } else if constexpr (Fuse::gather) {
-          // fuse=gather: the producer warpgroup copies A row by row with cp.async (hopper/gather.cuh),
-          // B by TMA as usual. The full barrier counts thread 0's arrive.expect_tx (B's bytes) and
+        if constexpr (Fuse::gather) {
+          // fuse=gather: the producer warpgroup copies A row by row (hopper/gather.cuh), B by TMA as
+          // usual. By cp.async, the full barrier counts thread 0's arrive.expect_tx (B's bytes) and
           // one cp.async.mbarrier.arrive.noinc per producer thread, which fires when that thread's
-          // copies have landed. Rows past the group are not copied (their accumulator rows are
-          // never stored); an index outside [0, num_tokens) reads a zero row.
+          // copies have landed; gather_by=tma, one TMA copy per row, whose bytes thread 0 expects
+          // as well. Rows past the group are not copied (their accumulator rows are never stored);
+          // an index outside [0, num_tokens) reads a zero row.
           GatherRowsSm90<kBlockM> rows((int)threadIdx.x);
-          rows.load_tokens(f->gather_rows, a_row, tile.group_rows - tile.m_block * kBlockM, f->num_tokens, p.k);
+          GatherRowsTmaSm90<kBlockM> tma_rows;
+          const int rows_valid = tile.group_rows - tile.m_block * kBlockM;
+          if constexpr (Fuse::gather_tma)
+            tma_rows.load_tokens(f->gather_rows, a_row, rows_valid, f->num_tokens, (int)threadIdx.x);
+          else
+            rows.load_tokens(f->gather_rows, a_row, rows_valid, f->num_tokens, p.k);
           const unsigned short* const a_base = static_cast<const unsigned short*>(p.a);
           for (int kb = 0; kb < num_k_blocks; ++kb) {
             const unsigned full = full_bars + 8 * stage;
             mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
             if (producer_leader) {
-              mbarrier_arrive_expect_tx(full, kBBytes);
+              mbarrier_arrive_expect_tx(full, kBBytes + (Fuse::gather_tma ? tma_rows.tx_bytes(rows_valid) : 0u));
               load_b_tile<kBlockN, kWgN, Fuse::glu_split>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK,
                                                           tile.group, n_block, p.n);
             }
-            rows.copy_k_block(a_stages + stage * kABytes, a_base, p.k, kb * kBlockK);
-            cp_async_mbarrier_arrive_noinc(full);
+            if constexpr (Fuse::gather_tma) {
+              tma_rows.copy_k_block(a_stages + stage * kABytes, tma_a, full, kb * kBlockK, (int)threadIdx.x);
+            } else {
+              rows.copy_k_block(a_stages + stage * kABytes, a_base, p.k, kb * kBlockK);
+              cp_async_mbarrier_arrive_noinc(full);
+            }
             if (++stage == kStages) stage = 0, phase ^= 1;
           }
           continue;

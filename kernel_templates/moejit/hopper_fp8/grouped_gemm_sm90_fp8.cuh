@@ -176,28 +176,19 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
         if (++stage == kStages) stage = 0, phase ^= 1;
         // Register 4j + 2h + e of the m64nN layout belongs to row lane/4 + 8h, column 8j + ...
-        if constexpr (kTwoScaleBlocks) {
-          const float lo0 = sa0 * sb, lo1 = sa1 * sb, hi0 = sa0 * sb_hi, hi1 = sa1 * sb_hi;
+        // 128x192: registers from column `split` on take the next block's scale (hi); with one
+        // block per slice 8j < split = kWgN always, and the second scale folds away.
+        const float lo0 = sa0 * sb, lo1 = sa1 * sb, hi0 = sa0 * sb_hi, hi1 = sa1 * sb_hi;
 #pragma unroll
-          for (int j = 0; j < kAccRegs / 4; ++j) {
-            const bool hi = 8 * j >= split;
-            const float scale0 = hi ? hi0 : lo0, scale1 = hi ? hi1 : lo1;
-            acc[4 * j + 0] = fmaf(part[4 * j + 0], scale0, acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], scale0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], scale1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], scale1, acc[4 * j + 3]);
-          }
-          sb_hi = next_sb_hi;
-        } else {
-          const float scale0 = sa0 * sb, scale1 = sa1 * sb;
-#pragma unroll
-          for (int j = 0; j < kAccRegs / 4; ++j) {
-            acc[4 * j + 0] = fmaf(part[4 * j + 0], scale0, acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], scale0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], scale1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], scale1, acc[4 * j + 3]);
-          }
+        for (int j = 0; j < kAccRegs / 4; ++j) {
+          const bool hi = 8 * j >= split;
+          const float scale0 = hi ? hi0 : lo0, scale1 = hi ? hi1 : lo1;
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], scale0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], scale0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], scale1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], scale1, acc[4 * j + 3]);
         }
+        sb_hi = next_sb_hi;
         sa0 = next_sa0, sa1 = next_sa1, sb = next_sb;
       }
       if constexpr (Fuse::epilogue) {
