@@ -183,7 +183,7 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
   for (const char* text : {"family=hopper,a=e4m3,b=e4m3,tile=128x128x128,stages=6,fuse=bias,act=swiglu",
                            "family=hopper,a=e4m3,b=e4m3,c=f32,tile=64x256x128,stages=5,layout=masked,"
                            "fuse=scatter+weight+atomic,act=gelu",
-                           // 128x192 (opt-in): plain and fused
+                           // 128x192: plain and fused
                            "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5",
                            "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,fuse=scatter+weight+bias"}) {
     KernelSpec s = KernelSpec::parse(text);
@@ -307,17 +307,19 @@ TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]
   }
 }
 
-TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 256 rows per expert", "[compile]") {
+TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 256 rows per expert, 128x192 for long K and full tiles", "[compile]") {
   auto candidates = fp8_candidates(Arch{9, 0, true});
   for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
-    for (int rows_per_group : {1, 16, 128, 255, 256, 512, 4096}) {
-      std::vector<int> sizes(256, rows_per_group);
-      GemmProblem p{layout, DType::e4m3, DType::bf16, 256, 4096, 7168, 256LL * rows_per_group, sizes};
-      KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
-      INFO(s.to_text());
-      CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
-      CHECK(s.tile.m == (rows_per_group < 256 ? 64 : 128));
-    }
+    for (int k : {2048, 2880, 4096, 7168})
+      for (int rows_per_group : {1, 16, 128, 255, 256, 511, 512, 4096}) {
+        std::vector<int> sizes(256, rows_per_group);
+        GemmProblem p{layout, DType::e4m3, DType::bf16, 256, 4096, k, 256LL * rows_per_group, sizes};
+        KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
+        INFO(s.to_text());
+        CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
+        CHECK(s.tile.m == (rows_per_group < 256 ? 64 : 128));
+        CHECK(s.tile.n == (rows_per_group < 256 ? 256 : rows_per_group >= 512 && k >= 4096 ? 192 : 128));
+      }
   GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 7168, 64, {}};
   KernelSpec ampere = choose_spec(p, Arch{8, 0, false}, 108);  // the portable family widens FP8
   CHECK((ampere.family == KernelFamily::portable && ampere.a == DType::e4m3 && ampere.b == DType::e4m3));

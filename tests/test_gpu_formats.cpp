@@ -287,7 +287,7 @@ TEST_CASE("fp8: every variant, mixed groups (empty, 1, tile +-1), ragged N and p
   }
 }
 
-TEST_CASE("fp8: 128x192 tiles, a slice over two B scale blocks (opt-in; not chosen by the heuristic yet)", "[gpu][fp8]") {
+TEST_CASE("fp8: 128x192 tiles, a slice over two B scale blocks", "[gpu][fp8]") {
   if (!has_sm90a()) return skip_without_sm90a("FP8");
   std::mt19937 rng(8105);
   for (const char* variant : {"c=bf16", "c=f32,layout=masked"}) {

@@ -25,6 +25,14 @@ constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 constexpr TileChoice kFp8Small = {{64, 256, 128}, 5, 1, 1};
 constexpr TileChoice kFp8Large = {{128, 128, 128}, 6, 1, 1};
 constexpr int kFp8LargeTileMinRows = 256;  // mean rows per active expert; measured at 128 and 512
+// 128x192 (each consumer 64x192: 1.5x the MMA work per promotion and per A byte) against 128x128,
+// same process (H100, 2026-11-23 session 13, docs/perf.md v7): Mixtral 16384 up 889 vs 719
+// TFLOP/s, down 850 vs 806, DeepSeek-V3 up 16384 813 vs 726, Mixtral up 4096 834 vs 808; slower
+// where K is short or the groups hold fewer rows: DeepSeek-V3 down (K = 2048) -2%, Qwen3 down
+// (K = 768) -13%, gpt-oss down (K = 2880) -3%, Mixtral down 4096 -2%.
+constexpr TileChoice kFp8Wide = {{128, 192, 128}, 5, 1, 1};
+constexpr int kFp8WideTileMinRows = 512;
+constexpr int kFp8WideTileMinK = 4096;
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
 // beat 64 at 16384 tokens (409-462 vs 295-320 TFLOP/s). The switch sits at 128 rows per expert
@@ -79,7 +87,8 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Elsewhere (and with gather or a split GLU, which the Hopper FP8 kernel does not fuse) the
     // portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
     spec.family = KernelFamily::hopper;
-    spec = with_tile(spec, mean_rows < kFp8LargeTileMinRows ? kFp8Small : kFp8Large);
+    const bool wide = mean_rows >= kFp8WideTileMinRows && problem.k >= kFp8WideTileMinK;
+    spec = with_tile(spec, mean_rows < kFp8LargeTileMinRows ? kFp8Small : wide ? kFp8Wide : kFp8Large);
     spec.scheduler = Scheduler::static_persistent;
     spec.validate();
     return spec;
@@ -197,7 +206,7 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
     return out;
   }
   if (!hopper_capable(arch)) return {};
-  for (const TileChoice& t : {kFp8Small, kFp8Large})
+  for (const TileChoice& t : {kFp8Small, kFp8Large, kFp8Wide})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (DType c : {DType::bf16, DType::f16, DType::f32}) {
         KernelSpec s;
