@@ -119,7 +119,9 @@ def named(kind, n, half, nreg):
 def acc_regs(nreg):
     zero = named_list(nreg, "mov.b32 %%acc{i}, %0;\\n", sep="", per_line=4)
     read = named_list(nreg, "mov.b32 %{i}, %%acc{i};\\n", sep="", per_line=4)
+    write = named_list(nreg, "mov.b32 %%acc{i}, %{i};\\n", sep="", per_line=4)
     outs = ",\n          ".join(", ".join(f'"=f"(d[{i+j}])' for j in range(8)) for i in range(0, nreg, 8))
+    ins = ",\n          ".join(", ".join(f'"f"(d[{i+j}])' for j in range(8)) for i in range(0, nreg, 8))
     return f"""template <>
 struct WgmmaAccRegs<{nreg}> {{
   __device__ __forceinline__ static void declare() {{ asm volatile(".reg .f32 %%acc<%0>;" ::"n"({nreg})); }}
@@ -131,6 +133,11 @@ struct WgmmaAccRegs<{nreg}> {{
     asm volatile(
         {read}
         : {outs});
+  }}
+  __device__ __forceinline__ static void write(const float (&d)[{nreg}]) {{
+    asm volatile(
+        {write}
+        :: {ins});
   }}
 }};
 """

@@ -94,11 +94,12 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   using Mma = WgmmaOp<kWgN, kTypeAB == kF16>;
   constexpr int kAccRegs = Mma::kRegs;
   using Acc = WgmmaAccRegs<kAccRegs>;  // the consumers' accumulators, as named PTX registers
-  // Unfused kernels keep the accumulators in named PTX registers (a faster compile, perf.md).
-  // Fused ones keep C++ values: wgmma's scale-d is a run-time predicate, so ptxas must keep the
-  // named registers live through the epilogue beside their C++ copy, and the heavier fused
-  // epilogues spilled (240 bytes at 128x256 with fuse=weight,act=silu).
-  constexpr bool kNamedAcc = !Fuse::any;
+  // The accumulators live in named PTX registers (a faster compile, perf.md). Unfused kernels
+  // zero them once and let each tile's first wgmma overwrite them (run-time scale-d). Fused ones
+  // set them at every tile's start (zero, or the bias) and always accumulate: with a run-time
+  // scale-d ptxas must keep the named registers live through the epilogue beside their C++
+  // copy, and the heavier fused epilogues spilled (240 bytes at 128x256, fuse=weight,act=silu).
+  constexpr bool kSetAccPerTile = Fuse::any;
   constexpr unsigned kRowBytes = kBlockK * 2;  // 128
   constexpr unsigned kABytes = kBlockM * kRowBytes;
   constexpr unsigned kAHalfBytes = 64 * kRowBytes;  // A is loaded in 64-row boxes
@@ -116,7 +117,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   const int cluster_id = kPaired ? cluster_id_x() : (int)blockIdx.x;
   const int clusters = kPaired ? cluster_count_x() : (int)gridDim.x;
 
-  if constexpr (kNamedAcc) Acc::declare();  // in the kernel's entry block, so that the declaration precedes every use in the PTX
+  Acc::declare();  // in the kernel's entry block, so that the declaration precedes every use in the PTX
 
   // Layout: [A stages][B stages][C staging, if kStaged][full bars][empty bars][tile full bars]
   //         [tile empty bars][tile ring]
@@ -317,13 +318,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 
     // K == 0: no wgmma ever runs (num_k_blocks is the same for every tile) and C is the empty
     // sum, so the accumulators start at zero; otherwise the first wgmma of each tile overwrites them.
-    float acc[kAccRegs];
-    if constexpr (kNamedAcc) {
-      Acc::zero();
-    } else {
-#pragma unroll
-      for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
-    }
+    float acc[kAccRegs];  // the C++ copy the epilogue (and the bias set-up) works on
+    Acc::zero();
     int stage = 0;
     unsigned phase = 0;
     int ring_slot = 0;
@@ -380,8 +376,12 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       }
       // fuse=bias: the accumulators start at the bias and every wgmma accumulates (loading the
       // bias in the epilogue held 64 more registers next to the accumulators and spilled).
-      if constexpr (Fuse::bias)
+      if constexpr (Fuse::bias) {
         init_acc_with_bias<kBlockN, kWgN, Fuse::glu_split>(acc, *f, tile.group, p.n, n_block * kBlockN, tile_col0, lane);
+        Acc::write(acc);
+      } else if constexpr (kSetAccPerTile) {
+        Acc::zero();
+      }
       int prev_stage = 0;
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         mbarrier_wait(full_bars + 8 * stage, phase);
@@ -392,10 +392,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < kBlockK / 16; ++k) {
-          if constexpr (kNamedAcc)
-            Mma::mma_named(wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), (kb | k) != 0);
-          else
-            Mma::mma(acc, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), Fuse::bias || (kb | k) != 0);
+          Mma::mma_named(wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32),
+                         kSetAccPerTile || (kb | k) != 0);
         }
         wgmma_commit();
         // Keep this k-block's wgmma in flight; once the previous one is done its stage goes back.
@@ -406,7 +404,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       }
       wgmma_wait<0>();
       // All asm volatile, so the copy stays after the wait; from here on acc is plain C++ values.
-      if constexpr (kNamedAcc) Acc::read(acc);
+      Acc::read(acc);
       if (num_k_blocks > 0 && lane == 0) release_stage(empty_bars + 8 * prev_stage);
 
       const int n0 = n_block * kBlockN + tile_col0;

@@ -87,6 +87,15 @@ struct WgmmaAccRegs<16> {
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
           "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]));
   }
+  __device__ __forceinline__ static void write(const float (&d)[16]) {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %1;\nmov.b32 %%acc2, %2;\nmov.b32 %%acc3, %3;\n"
+        "mov.b32 %%acc4, %4;\nmov.b32 %%acc5, %5;\nmov.b32 %%acc6, %6;\nmov.b32 %%acc7, %7;\n"
+        "mov.b32 %%acc8, %8;\nmov.b32 %%acc9, %9;\nmov.b32 %%acc10, %10;\nmov.b32 %%acc11, %11;\n"
+        "mov.b32 %%acc12, %12;\nmov.b32 %%acc13, %13;\nmov.b32 %%acc14, %14;\nmov.b32 %%acc15, %15;\n"
+        :: "f"(d[0]), "f"(d[1]), "f"(d[2]), "f"(d[3]), "f"(d[4]), "f"(d[5]), "f"(d[6]), "f"(d[7]),
+          "f"(d[8]), "f"(d[9]), "f"(d[10]), "f"(d[11]), "f"(d[12]), "f"(d[13]), "f"(d[14]), "f"(d[15]));
+  }
 };
 
 template <>
@@ -171,6 +180,21 @@ struct WgmmaAccRegs<32> {
           "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]),
           "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]),
           "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]));
+  }
+  __device__ __forceinline__ static void write(const float (&d)[32]) {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %1;\nmov.b32 %%acc2, %2;\nmov.b32 %%acc3, %3;\n"
+        "mov.b32 %%acc4, %4;\nmov.b32 %%acc5, %5;\nmov.b32 %%acc6, %6;\nmov.b32 %%acc7, %7;\n"
+        "mov.b32 %%acc8, %8;\nmov.b32 %%acc9, %9;\nmov.b32 %%acc10, %10;\nmov.b32 %%acc11, %11;\n"
+        "mov.b32 %%acc12, %12;\nmov.b32 %%acc13, %13;\nmov.b32 %%acc14, %14;\nmov.b32 %%acc15, %15;\n"
+        "mov.b32 %%acc16, %16;\nmov.b32 %%acc17, %17;\nmov.b32 %%acc18, %18;\nmov.b32 %%acc19, %19;\n"
+        "mov.b32 %%acc20, %20;\nmov.b32 %%acc21, %21;\nmov.b32 %%acc22, %22;\nmov.b32 %%acc23, %23;\n"
+        "mov.b32 %%acc24, %24;\nmov.b32 %%acc25, %25;\nmov.b32 %%acc26, %26;\nmov.b32 %%acc27, %27;\n"
+        "mov.b32 %%acc28, %28;\nmov.b32 %%acc29, %29;\nmov.b32 %%acc30, %30;\nmov.b32 %%acc31, %31;\n"
+        :: "f"(d[0]), "f"(d[1]), "f"(d[2]), "f"(d[3]), "f"(d[4]), "f"(d[5]), "f"(d[6]), "f"(d[7]),
+          "f"(d[8]), "f"(d[9]), "f"(d[10]), "f"(d[11]), "f"(d[12]), "f"(d[13]), "f"(d[14]), "f"(d[15]),
+          "f"(d[16]), "f"(d[17]), "f"(d[18]), "f"(d[19]), "f"(d[20]), "f"(d[21]), "f"(d[22]), "f"(d[23]),
+          "f"(d[24]), "f"(d[25]), "f"(d[26]), "f"(d[27]), "f"(d[28]), "f"(d[29]), "f"(d[30]), "f"(d[31]));
   }
 };
 
@@ -274,6 +298,27 @@ struct WgmmaAccRegs<48> {
           "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]),
           "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]),
           "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]));
+  }
+  __device__ __forceinline__ static void write(const float (&d)[48]) {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %1;\nmov.b32 %%acc2, %2;\nmov.b32 %%acc3, %3;\n"
+        "mov.b32 %%acc4, %4;\nmov.b32 %%acc5, %5;\nmov.b32 %%acc6, %6;\nmov.b32 %%acc7, %7;\n"
+        "mov.b32 %%acc8, %8;\nmov.b32 %%acc9, %9;\nmov.b32 %%acc10, %10;\nmov.b32 %%acc11, %11;\n"
+        "mov.b32 %%acc12, %12;\nmov.b32 %%acc13, %13;\nmov.b32 %%acc14, %14;\nmov.b32 %%acc15, %15;\n"
+        "mov.b32 %%acc16, %16;\nmov.b32 %%acc17, %17;\nmov.b32 %%acc18, %18;\nmov.b32 %%acc19, %19;\n"
+        "mov.b32 %%acc20, %20;\nmov.b32 %%acc21, %21;\nmov.b32 %%acc22, %22;\nmov.b32 %%acc23, %23;\n"
+        "mov.b32 %%acc24, %24;\nmov.b32 %%acc25, %25;\nmov.b32 %%acc26, %26;\nmov.b32 %%acc27, %27;\n"
+        "mov.b32 %%acc28, %28;\nmov.b32 %%acc29, %29;\nmov.b32 %%acc30, %30;\nmov.b32 %%acc31, %31;\n"
+        "mov.b32 %%acc32, %32;\nmov.b32 %%acc33, %33;\nmov.b32 %%acc34, %34;\nmov.b32 %%acc35, %35;\n"
+        "mov.b32 %%acc36, %36;\nmov.b32 %%acc37, %37;\nmov.b32 %%acc38, %38;\nmov.b32 %%acc39, %39;\n"
+        "mov.b32 %%acc40, %40;\nmov.b32 %%acc41, %41;\nmov.b32 %%acc42, %42;\nmov.b32 %%acc43, %43;\n"
+        "mov.b32 %%acc44, %44;\nmov.b32 %%acc45, %45;\nmov.b32 %%acc46, %46;\nmov.b32 %%acc47, %47;\n"
+        :: "f"(d[0]), "f"(d[1]), "f"(d[2]), "f"(d[3]), "f"(d[4]), "f"(d[5]), "f"(d[6]), "f"(d[7]),
+          "f"(d[8]), "f"(d[9]), "f"(d[10]), "f"(d[11]), "f"(d[12]), "f"(d[13]), "f"(d[14]), "f"(d[15]),
+          "f"(d[16]), "f"(d[17]), "f"(d[18]), "f"(d[19]), "f"(d[20]), "f"(d[21]), "f"(d[22]), "f"(d[23]),
+          "f"(d[24]), "f"(d[25]), "f"(d[26]), "f"(d[27]), "f"(d[28]), "f"(d[29]), "f"(d[30]), "f"(d[31]),
+          "f"(d[32]), "f"(d[33]), "f"(d[34]), "f"(d[35]), "f"(d[36]), "f"(d[37]), "f"(d[38]), "f"(d[39]),
+          "f"(d[40]), "f"(d[41]), "f"(d[42]), "f"(d[43]), "f"(d[44]), "f"(d[45]), "f"(d[46]), "f"(d[47]));
   }
 };
 
@@ -395,6 +440,33 @@ struct WgmmaAccRegs<64> {
           "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]),
           "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]),
           "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63]));
+  }
+  __device__ __forceinline__ static void write(const float (&d)[64]) {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %1;\nmov.b32 %%acc2, %2;\nmov.b32 %%acc3, %3;\n"
+        "mov.b32 %%acc4, %4;\nmov.b32 %%acc5, %5;\nmov.b32 %%acc6, %6;\nmov.b32 %%acc7, %7;\n"
+        "mov.b32 %%acc8, %8;\nmov.b32 %%acc9, %9;\nmov.b32 %%acc10, %10;\nmov.b32 %%acc11, %11;\n"
+        "mov.b32 %%acc12, %12;\nmov.b32 %%acc13, %13;\nmov.b32 %%acc14, %14;\nmov.b32 %%acc15, %15;\n"
+        "mov.b32 %%acc16, %16;\nmov.b32 %%acc17, %17;\nmov.b32 %%acc18, %18;\nmov.b32 %%acc19, %19;\n"
+        "mov.b32 %%acc20, %20;\nmov.b32 %%acc21, %21;\nmov.b32 %%acc22, %22;\nmov.b32 %%acc23, %23;\n"
+        "mov.b32 %%acc24, %24;\nmov.b32 %%acc25, %25;\nmov.b32 %%acc26, %26;\nmov.b32 %%acc27, %27;\n"
+        "mov.b32 %%acc28, %28;\nmov.b32 %%acc29, %29;\nmov.b32 %%acc30, %30;\nmov.b32 %%acc31, %31;\n"
+        "mov.b32 %%acc32, %32;\nmov.b32 %%acc33, %33;\nmov.b32 %%acc34, %34;\nmov.b32 %%acc35, %35;\n"
+        "mov.b32 %%acc36, %36;\nmov.b32 %%acc37, %37;\nmov.b32 %%acc38, %38;\nmov.b32 %%acc39, %39;\n"
+        "mov.b32 %%acc40, %40;\nmov.b32 %%acc41, %41;\nmov.b32 %%acc42, %42;\nmov.b32 %%acc43, %43;\n"
+        "mov.b32 %%acc44, %44;\nmov.b32 %%acc45, %45;\nmov.b32 %%acc46, %46;\nmov.b32 %%acc47, %47;\n"
+        "mov.b32 %%acc48, %48;\nmov.b32 %%acc49, %49;\nmov.b32 %%acc50, %50;\nmov.b32 %%acc51, %51;\n"
+        "mov.b32 %%acc52, %52;\nmov.b32 %%acc53, %53;\nmov.b32 %%acc54, %54;\nmov.b32 %%acc55, %55;\n"
+        "mov.b32 %%acc56, %56;\nmov.b32 %%acc57, %57;\nmov.b32 %%acc58, %58;\nmov.b32 %%acc59, %59;\n"
+        "mov.b32 %%acc60, %60;\nmov.b32 %%acc61, %61;\nmov.b32 %%acc62, %62;\nmov.b32 %%acc63, %63;\n"
+        :: "f"(d[0]), "f"(d[1]), "f"(d[2]), "f"(d[3]), "f"(d[4]), "f"(d[5]), "f"(d[6]), "f"(d[7]),
+          "f"(d[8]), "f"(d[9]), "f"(d[10]), "f"(d[11]), "f"(d[12]), "f"(d[13]), "f"(d[14]), "f"(d[15]),
+          "f"(d[16]), "f"(d[17]), "f"(d[18]), "f"(d[19]), "f"(d[20]), "f"(d[21]), "f"(d[22]), "f"(d[23]),
+          "f"(d[24]), "f"(d[25]), "f"(d[26]), "f"(d[27]), "f"(d[28]), "f"(d[29]), "f"(d[30]), "f"(d[31]),
+          "f"(d[32]), "f"(d[33]), "f"(d[34]), "f"(d[35]), "f"(d[36]), "f"(d[37]), "f"(d[38]), "f"(d[39]),
+          "f"(d[40]), "f"(d[41]), "f"(d[42]), "f"(d[43]), "f"(d[44]), "f"(d[45]), "f"(d[46]), "f"(d[47]),
+          "f"(d[48]), "f"(d[49]), "f"(d[50]), "f"(d[51]), "f"(d[52]), "f"(d[53]), "f"(d[54]), "f"(d[55]),
+          "f"(d[56]), "f"(d[57]), "f"(d[58]), "f"(d[59]), "f"(d[60]), "f"(d[61]), "f"(d[62]), "f"(d[63]));
   }
 };
 
@@ -552,6 +624,45 @@ struct WgmmaAccRegs<96> {
           "=f"(d[72]), "=f"(d[73]), "=f"(d[74]), "=f"(d[75]), "=f"(d[76]), "=f"(d[77]), "=f"(d[78]), "=f"(d[79]),
           "=f"(d[80]), "=f"(d[81]), "=f"(d[82]), "=f"(d[83]), "=f"(d[84]), "=f"(d[85]), "=f"(d[86]), "=f"(d[87]),
           "=f"(d[88]), "=f"(d[89]), "=f"(d[90]), "=f"(d[91]), "=f"(d[92]), "=f"(d[93]), "=f"(d[94]), "=f"(d[95]));
+  }
+  __device__ __forceinline__ static void write(const float (&d)[96]) {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %1;\nmov.b32 %%acc2, %2;\nmov.b32 %%acc3, %3;\n"
+        "mov.b32 %%acc4, %4;\nmov.b32 %%acc5, %5;\nmov.b32 %%acc6, %6;\nmov.b32 %%acc7, %7;\n"
+        "mov.b32 %%acc8, %8;\nmov.b32 %%acc9, %9;\nmov.b32 %%acc10, %10;\nmov.b32 %%acc11, %11;\n"
+        "mov.b32 %%acc12, %12;\nmov.b32 %%acc13, %13;\nmov.b32 %%acc14, %14;\nmov.b32 %%acc15, %15;\n"
+        "mov.b32 %%acc16, %16;\nmov.b32 %%acc17, %17;\nmov.b32 %%acc18, %18;\nmov.b32 %%acc19, %19;\n"
+        "mov.b32 %%acc20, %20;\nmov.b32 %%acc21, %21;\nmov.b32 %%acc22, %22;\nmov.b32 %%acc23, %23;\n"
+        "mov.b32 %%acc24, %24;\nmov.b32 %%acc25, %25;\nmov.b32 %%acc26, %26;\nmov.b32 %%acc27, %27;\n"
+        "mov.b32 %%acc28, %28;\nmov.b32 %%acc29, %29;\nmov.b32 %%acc30, %30;\nmov.b32 %%acc31, %31;\n"
+        "mov.b32 %%acc32, %32;\nmov.b32 %%acc33, %33;\nmov.b32 %%acc34, %34;\nmov.b32 %%acc35, %35;\n"
+        "mov.b32 %%acc36, %36;\nmov.b32 %%acc37, %37;\nmov.b32 %%acc38, %38;\nmov.b32 %%acc39, %39;\n"
+        "mov.b32 %%acc40, %40;\nmov.b32 %%acc41, %41;\nmov.b32 %%acc42, %42;\nmov.b32 %%acc43, %43;\n"
+        "mov.b32 %%acc44, %44;\nmov.b32 %%acc45, %45;\nmov.b32 %%acc46, %46;\nmov.b32 %%acc47, %47;\n"
+        "mov.b32 %%acc48, %48;\nmov.b32 %%acc49, %49;\nmov.b32 %%acc50, %50;\nmov.b32 %%acc51, %51;\n"
+        "mov.b32 %%acc52, %52;\nmov.b32 %%acc53, %53;\nmov.b32 %%acc54, %54;\nmov.b32 %%acc55, %55;\n"
+        "mov.b32 %%acc56, %56;\nmov.b32 %%acc57, %57;\nmov.b32 %%acc58, %58;\nmov.b32 %%acc59, %59;\n"
+        "mov.b32 %%acc60, %60;\nmov.b32 %%acc61, %61;\nmov.b32 %%acc62, %62;\nmov.b32 %%acc63, %63;\n"
+        "mov.b32 %%acc64, %64;\nmov.b32 %%acc65, %65;\nmov.b32 %%acc66, %66;\nmov.b32 %%acc67, %67;\n"
+        "mov.b32 %%acc68, %68;\nmov.b32 %%acc69, %69;\nmov.b32 %%acc70, %70;\nmov.b32 %%acc71, %71;\n"
+        "mov.b32 %%acc72, %72;\nmov.b32 %%acc73, %73;\nmov.b32 %%acc74, %74;\nmov.b32 %%acc75, %75;\n"
+        "mov.b32 %%acc76, %76;\nmov.b32 %%acc77, %77;\nmov.b32 %%acc78, %78;\nmov.b32 %%acc79, %79;\n"
+        "mov.b32 %%acc80, %80;\nmov.b32 %%acc81, %81;\nmov.b32 %%acc82, %82;\nmov.b32 %%acc83, %83;\n"
+        "mov.b32 %%acc84, %84;\nmov.b32 %%acc85, %85;\nmov.b32 %%acc86, %86;\nmov.b32 %%acc87, %87;\n"
+        "mov.b32 %%acc88, %88;\nmov.b32 %%acc89, %89;\nmov.b32 %%acc90, %90;\nmov.b32 %%acc91, %91;\n"
+        "mov.b32 %%acc92, %92;\nmov.b32 %%acc93, %93;\nmov.b32 %%acc94, %94;\nmov.b32 %%acc95, %95;\n"
+        :: "f"(d[0]), "f"(d[1]), "f"(d[2]), "f"(d[3]), "f"(d[4]), "f"(d[5]), "f"(d[6]), "f"(d[7]),
+          "f"(d[8]), "f"(d[9]), "f"(d[10]), "f"(d[11]), "f"(d[12]), "f"(d[13]), "f"(d[14]), "f"(d[15]),
+          "f"(d[16]), "f"(d[17]), "f"(d[18]), "f"(d[19]), "f"(d[20]), "f"(d[21]), "f"(d[22]), "f"(d[23]),
+          "f"(d[24]), "f"(d[25]), "f"(d[26]), "f"(d[27]), "f"(d[28]), "f"(d[29]), "f"(d[30]), "f"(d[31]),
+          "f"(d[32]), "f"(d[33]), "f"(d[34]), "f"(d[35]), "f"(d[36]), "f"(d[37]), "f"(d[38]), "f"(d[39]),
+          "f"(d[40]), "f"(d[41]), "f"(d[42]), "f"(d[43]), "f"(d[44]), "f"(d[45]), "f"(d[46]), "f"(d[47]),
+          "f"(d[48]), "f"(d[49]), "f"(d[50]), "f"(d[51]), "f"(d[52]), "f"(d[53]), "f"(d[54]), "f"(d[55]),
+          "f"(d[56]), "f"(d[57]), "f"(d[58]), "f"(d[59]), "f"(d[60]), "f"(d[61]), "f"(d[62]), "f"(d[63]),
+          "f"(d[64]), "f"(d[65]), "f"(d[66]), "f"(d[67]), "f"(d[68]), "f"(d[69]), "f"(d[70]), "f"(d[71]),
+          "f"(d[72]), "f"(d[73]), "f"(d[74]), "f"(d[75]), "f"(d[76]), "f"(d[77]), "f"(d[78]), "f"(d[79]),
+          "f"(d[80]), "f"(d[81]), "f"(d[82]), "f"(d[83]), "f"(d[84]), "f"(d[85]), "f"(d[86]), "f"(d[87]),
+          "f"(d[88]), "f"(d[89]), "f"(d[90]), "f"(d[91]), "f"(d[92]), "f"(d[93]), "f"(d[94]), "f"(d[95]));
   }
 };
 
@@ -745,6 +856,57 @@ struct WgmmaAccRegs<128> {
           "=f"(d[104]), "=f"(d[105]), "=f"(d[106]), "=f"(d[107]), "=f"(d[108]), "=f"(d[109]), "=f"(d[110]), "=f"(d[111]),
           "=f"(d[112]), "=f"(d[113]), "=f"(d[114]), "=f"(d[115]), "=f"(d[116]), "=f"(d[117]), "=f"(d[118]), "=f"(d[119]),
           "=f"(d[120]), "=f"(d[121]), "=f"(d[122]), "=f"(d[123]), "=f"(d[124]), "=f"(d[125]), "=f"(d[126]), "=f"(d[127]));
+  }
+  __device__ __forceinline__ static void write(const float (&d)[128]) {
+    asm volatile(
+        "mov.b32 %%acc0, %0;\nmov.b32 %%acc1, %1;\nmov.b32 %%acc2, %2;\nmov.b32 %%acc3, %3;\n"
+        "mov.b32 %%acc4, %4;\nmov.b32 %%acc5, %5;\nmov.b32 %%acc6, %6;\nmov.b32 %%acc7, %7;\n"
+        "mov.b32 %%acc8, %8;\nmov.b32 %%acc9, %9;\nmov.b32 %%acc10, %10;\nmov.b32 %%acc11, %11;\n"
+        "mov.b32 %%acc12, %12;\nmov.b32 %%acc13, %13;\nmov.b32 %%acc14, %14;\nmov.b32 %%acc15, %15;\n"
+        "mov.b32 %%acc16, %16;\nmov.b32 %%acc17, %17;\nmov.b32 %%acc18, %18;\nmov.b32 %%acc19, %19;\n"
+        "mov.b32 %%acc20, %20;\nmov.b32 %%acc21, %21;\nmov.b32 %%acc22, %22;\nmov.b32 %%acc23, %23;\n"
+        "mov.b32 %%acc24, %24;\nmov.b32 %%acc25, %25;\nmov.b32 %%acc26, %26;\nmov.b32 %%acc27, %27;\n"
+        "mov.b32 %%acc28, %28;\nmov.b32 %%acc29, %29;\nmov.b32 %%acc30, %30;\nmov.b32 %%acc31, %31;\n"
+        "mov.b32 %%acc32, %32;\nmov.b32 %%acc33, %33;\nmov.b32 %%acc34, %34;\nmov.b32 %%acc35, %35;\n"
+        "mov.b32 %%acc36, %36;\nmov.b32 %%acc37, %37;\nmov.b32 %%acc38, %38;\nmov.b32 %%acc39, %39;\n"
+        "mov.b32 %%acc40, %40;\nmov.b32 %%acc41, %41;\nmov.b32 %%acc42, %42;\nmov.b32 %%acc43, %43;\n"
+        "mov.b32 %%acc44, %44;\nmov.b32 %%acc45, %45;\nmov.b32 %%acc46, %46;\nmov.b32 %%acc47, %47;\n"
+        "mov.b32 %%acc48, %48;\nmov.b32 %%acc49, %49;\nmov.b32 %%acc50, %50;\nmov.b32 %%acc51, %51;\n"
+        "mov.b32 %%acc52, %52;\nmov.b32 %%acc53, %53;\nmov.b32 %%acc54, %54;\nmov.b32 %%acc55, %55;\n"
+        "mov.b32 %%acc56, %56;\nmov.b32 %%acc57, %57;\nmov.b32 %%acc58, %58;\nmov.b32 %%acc59, %59;\n"
+        "mov.b32 %%acc60, %60;\nmov.b32 %%acc61, %61;\nmov.b32 %%acc62, %62;\nmov.b32 %%acc63, %63;\n"
+        "mov.b32 %%acc64, %64;\nmov.b32 %%acc65, %65;\nmov.b32 %%acc66, %66;\nmov.b32 %%acc67, %67;\n"
+        "mov.b32 %%acc68, %68;\nmov.b32 %%acc69, %69;\nmov.b32 %%acc70, %70;\nmov.b32 %%acc71, %71;\n"
+        "mov.b32 %%acc72, %72;\nmov.b32 %%acc73, %73;\nmov.b32 %%acc74, %74;\nmov.b32 %%acc75, %75;\n"
+        "mov.b32 %%acc76, %76;\nmov.b32 %%acc77, %77;\nmov.b32 %%acc78, %78;\nmov.b32 %%acc79, %79;\n"
+        "mov.b32 %%acc80, %80;\nmov.b32 %%acc81, %81;\nmov.b32 %%acc82, %82;\nmov.b32 %%acc83, %83;\n"
+        "mov.b32 %%acc84, %84;\nmov.b32 %%acc85, %85;\nmov.b32 %%acc86, %86;\nmov.b32 %%acc87, %87;\n"
+        "mov.b32 %%acc88, %88;\nmov.b32 %%acc89, %89;\nmov.b32 %%acc90, %90;\nmov.b32 %%acc91, %91;\n"
+        "mov.b32 %%acc92, %92;\nmov.b32 %%acc93, %93;\nmov.b32 %%acc94, %94;\nmov.b32 %%acc95, %95;\n"
+        "mov.b32 %%acc96, %96;\nmov.b32 %%acc97, %97;\nmov.b32 %%acc98, %98;\nmov.b32 %%acc99, %99;\n"
+        "mov.b32 %%acc100, %100;\nmov.b32 %%acc101, %101;\nmov.b32 %%acc102, %102;\nmov.b32 %%acc103, %103;\n"
+        "mov.b32 %%acc104, %104;\nmov.b32 %%acc105, %105;\nmov.b32 %%acc106, %106;\nmov.b32 %%acc107, %107;\n"
+        "mov.b32 %%acc108, %108;\nmov.b32 %%acc109, %109;\nmov.b32 %%acc110, %110;\nmov.b32 %%acc111, %111;\n"
+        "mov.b32 %%acc112, %112;\nmov.b32 %%acc113, %113;\nmov.b32 %%acc114, %114;\nmov.b32 %%acc115, %115;\n"
+        "mov.b32 %%acc116, %116;\nmov.b32 %%acc117, %117;\nmov.b32 %%acc118, %118;\nmov.b32 %%acc119, %119;\n"
+        "mov.b32 %%acc120, %120;\nmov.b32 %%acc121, %121;\nmov.b32 %%acc122, %122;\nmov.b32 %%acc123, %123;\n"
+        "mov.b32 %%acc124, %124;\nmov.b32 %%acc125, %125;\nmov.b32 %%acc126, %126;\nmov.b32 %%acc127, %127;\n"
+        :: "f"(d[0]), "f"(d[1]), "f"(d[2]), "f"(d[3]), "f"(d[4]), "f"(d[5]), "f"(d[6]), "f"(d[7]),
+          "f"(d[8]), "f"(d[9]), "f"(d[10]), "f"(d[11]), "f"(d[12]), "f"(d[13]), "f"(d[14]), "f"(d[15]),
+          "f"(d[16]), "f"(d[17]), "f"(d[18]), "f"(d[19]), "f"(d[20]), "f"(d[21]), "f"(d[22]), "f"(d[23]),
+          "f"(d[24]), "f"(d[25]), "f"(d[26]), "f"(d[27]), "f"(d[28]), "f"(d[29]), "f"(d[30]), "f"(d[31]),
+          "f"(d[32]), "f"(d[33]), "f"(d[34]), "f"(d[35]), "f"(d[36]), "f"(d[37]), "f"(d[38]), "f"(d[39]),
+          "f"(d[40]), "f"(d[41]), "f"(d[42]), "f"(d[43]), "f"(d[44]), "f"(d[45]), "f"(d[46]), "f"(d[47]),
+          "f"(d[48]), "f"(d[49]), "f"(d[50]), "f"(d[51]), "f"(d[52]), "f"(d[53]), "f"(d[54]), "f"(d[55]),
+          "f"(d[56]), "f"(d[57]), "f"(d[58]), "f"(d[59]), "f"(d[60]), "f"(d[61]), "f"(d[62]), "f"(d[63]),
+          "f"(d[64]), "f"(d[65]), "f"(d[66]), "f"(d[67]), "f"(d[68]), "f"(d[69]), "f"(d[70]), "f"(d[71]),
+          "f"(d[72]), "f"(d[73]), "f"(d[74]), "f"(d[75]), "f"(d[76]), "f"(d[77]), "f"(d[78]), "f"(d[79]),
+          "f"(d[80]), "f"(d[81]), "f"(d[82]), "f"(d[83]), "f"(d[84]), "f"(d[85]), "f"(d[86]), "f"(d[87]),
+          "f"(d[88]), "f"(d[89]), "f"(d[90]), "f"(d[91]), "f"(d[92]), "f"(d[93]), "f"(d[94]), "f"(d[95]),
+          "f"(d[96]), "f"(d[97]), "f"(d[98]), "f"(d[99]), "f"(d[100]), "f"(d[101]), "f"(d[102]), "f"(d[103]),
+          "f"(d[104]), "f"(d[105]), "f"(d[106]), "f"(d[107]), "f"(d[108]), "f"(d[109]), "f"(d[110]), "f"(d[111]),
+          "f"(d[112]), "f"(d[113]), "f"(d[114]), "f"(d[115]), "f"(d[116]), "f"(d[117]), "f"(d[118]), "f"(d[119]),
+          "f"(d[120]), "f"(d[121]), "f"(d[122]), "f"(d[123]), "f"(d[124]), "f"(d[125]), "f"(d[126]), "f"(d[127]));
   }
 };
 
