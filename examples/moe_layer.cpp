@@ -128,14 +128,25 @@ struct Weights {
 };
 
 // MXFP4 of bf16 weights [E][rows][K]: the packed blocks the kernels read, and the weights
-// replaced by their dequantized values (exact in bf16) for the reference.
+// replaced by their dequantized values (exact in bf16) for the reference. One expert per task
+// (the packed blocks are ordered expert-major, so the experts' packings concatenate): gpt-oss's
+// 2.1 G weights took minutes through one whole-tensor call.
 std::vector<std::uint8_t> to_mxfp4(std::vector<std::uint16_t>& bf16, int experts, int rows, int k) {
-  std::vector<float> f(bf16.size());
-  parallel_for(bf16.size(), [&](std::size_t i) { f[i] = bf16_to_float(bf16[i]); });
-  const Mxfp4Tensor q = quantize_mxfp4(f.data(), QuantShape{experts, rows, k});
-  const std::vector<float> deq = dequantize(q);
-  parallel_for(bf16.size(), [&](std::size_t i) { bf16[i] = float_to_bf16(deq[i]); });
-  return pack_w4_sm90(q);
+  const std::size_t per_expert = static_cast<std::size_t>(rows) * k;
+  std::vector<std::vector<std::uint8_t>> packed(experts);
+  parallel_for(experts, [&](std::size_t e) {
+    std::uint16_t* const w = bf16.data() + e * per_expert;
+    std::vector<float> f(per_expert);
+    for (std::size_t i = 0; i < per_expert; ++i) f[i] = bf16_to_float(w[i]);
+    const Mxfp4Tensor q = quantize_mxfp4(f.data(), QuantShape{1, rows, k});
+    const std::vector<float> deq = dequantize(q);
+    for (std::size_t i = 0; i < per_expert; ++i) w[i] = float_to_bf16(deq[i]);
+    packed[e] = pack_w4_sm90(q);
+  });
+  std::vector<std::uint8_t> out;
+  out.reserve(packed.empty() ? 0 : packed[0].size() * experts);
+  for (const auto& p : packed) out.insert(out.end(), p.begin(), p.end());
+  return out;
 }
 
 Weights make_weights(const LayerModel& m, DType weights) {
