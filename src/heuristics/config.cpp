@@ -25,11 +25,10 @@ constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 constexpr TileChoice kFp8Small = {{64, 256, 128}, 5, 1, 1};
 constexpr TileChoice kFp8Large = {{128, 128, 128}, 6, 1, 1};
 constexpr int kFp8LargeTileMinRows = 256;  // mean rows per active expert; measured at 128 and 512
-// 128x192 (each consumer 64x192: 1.5x the MMA work per promotion and per A byte) against 128x128,
-// same process (H100, 2026-11-23 session 13, docs/perf.md v7): Mixtral 16384 up 889 vs 719
-// TFLOP/s, down 850 vs 806, DeepSeek-V3 up 16384 813 vs 726, Mixtral up 4096 834 vs 808; slower
-// where K is short or the groups hold fewer rows: DeepSeek-V3 down (K = 2048) -2%, Qwen3 down
-// (K = 768) -13%, gpt-oss down (K = 2880) -3%, Mixtral down 4096 -2%.
+// 128x192 (each consumer 64x192: 1.5x the MMA work per promotion and per A byte) against 128x128
+// (H100, docs/perf.md v7): Mixtral 16384 up +4%, down +12.5%, DeepSeek-V3 up 16384 +8% (across
+// runs); slower where K is short or the groups hold fewer rows (same process: DeepSeek-V3 down,
+// K = 2048, -2%; Qwen3 down, K = 768, -13%; gpt-oss down, K = 2880, -3%).
 constexpr TileChoice kFp8Wide = {{128, 192, 128}, 5, 1, 1};
 constexpr int kFp8WideTileMinRows = 512;
 constexpr int kFp8WideTileMinK = 4096;
