@@ -8,12 +8,20 @@ namespace moejit::hopper {
 // BF16 pair holding each code's bits where BF16 keeps them, before scaling: magnitude e1 e0 m at
 // bits 8..6 (exponent field e, top mantissa bit m) and the sign at bit 15. Read as BF16 that is
 // the E2M1 value times 2^-126 (e = 0, m = 1 lands on the subnormal 2^-127 = 0.5 * 2^-126), so one
-// multiply by 2^126 restores it exactly. About 6 integer operations per pair.
+// multiply by 2^126 restores it exactly.
+// Three integer operations per pair, plus three per word that the four calls on one word share
+// (the widening is most of the 4-bit kernels' instructions; the shift-and-mask form took ~8 per
+// pair): the word's low and high nibbles go to two masked words; a byte permute takes byte j of
+// each, the low code to bits 3..0 and the high one to bits 19..16, zeros elsewhere (bytes 1 and 3
+// replicate the sign bit of a byte <= 0x0F); one multiply by 2^6 + 2^12 writes each code twice,
+// at +6 (magnitude to 8..6) and +12 (sign to 15), into bits that do not overlap, and a mask keeps
+// magnitude and sign.
 template <int kByte>
 __device__ __forceinline__ unsigned e2m1x2_bits_as_bf16x2(unsigned word) {
-  const unsigned b = (word >> (8 * kByte)) & 0xFFu;
-  const unsigned spread = b | (b << 12);  // low code at bits 3..0, high code at bits 19..16
-  return ((spread & 0x00070007u) << 6) | ((spread & 0x00080008u) << 12);
+  constexpr unsigned kSelect = kByte | ((8 | kByte) << 4) | ((4 + kByte) << 8) | ((8 | kByte) << 12);
+  unsigned codes;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(codes) : "r"(word & 0x0F0F0F0Fu), "r"((word >> 4) & 0x0F0F0F0Fu), "n"(kSelect));
+  return (codes * 0x1040u) & 0x81C081C0u;
 }
 
 __device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
