@@ -185,7 +185,12 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
                            "fuse=scatter+weight+atomic,act=gelu",
                            // 128x192: plain and fused
                            "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5",
-                           "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,fuse=scatter+weight+bias"}) {
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,fuse=scatter+weight+bias",
+                           // per-channel weight scales (the row-wise recipe), plain and fused, every tile
+                           "family=hopper,a=e4m3,b=e4m3,b_scales=channels",
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,b_scales=channels,fuse=bias,act=swiglu",
+                           "family=hopper,a=e4m3,b=e4m3,c=f32,tile=64x256x128,stages=5,layout=masked,b_scales=channels,"
+                           "fuse=scatter+weight+atomic"}) {
     KernelSpec s = KernelSpec::parse(text);
     s.validate();
     fp8.push_back(s);
@@ -205,8 +210,12 @@ TEST_CASE("fused FP8 / 4-bit kernels: their instantiation files", "[codegen][fus
   const std::string fp8_src = generate_source(fp8, templates).source;
   CHECK(fp8_src.find("grouped_gemm<MOEJIT_CONFIG, MoejitFusion, moejit::kE4M3>(p, fusion)") != std::string::npos);
   KernelSpec hfp8 = KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,fuse=scatter+weight");
-  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion>(p, tma_a, tma_b, &fusion)") !=
+  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion, false>(p, tma_a, tma_b, &fusion)") !=
         std::string::npos);
+  hfp8.b_scales = ScaleB::channels;  // per-output-channel B scales: the kernel's last template argument
+  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion, true>(p, tma_a, tma_b, &fusion)") !=
+        std::string::npos);
+  hfp8.b_scales = ScaleB::blocks;
   hfp8.fusion = Fusion{};
   CHECK(generate_source(hfp8, templates).source.find("FusionParams") == std::string::npos);
   KernelSpec pw4 = KernelSpec::parse("family=portable,arch=sm_80,b=nvfp4,fuse=gather");

@@ -284,7 +284,13 @@ TEST_CASE("fp8 kernel scales: per-tensor and per-row scalings expanded exactly",
   for (int i = 0; i < 6; ++i) CHECK(bt[i] == tensor.scales[i / 3]);
   const Fp8Tensor blocks = quantize_fp8(x.data(), shape, Fp8Scaling::block_128x128);
   CHECK(fp8_kernel_scales_b(blocks) == blocks.scales);
-  require_invalid_argument([&] { fp8_kernel_scales_b(row); }, "fp8_kernel_scales_b: tensor.scaling=row");
+  // Per-row weights: one scale per output channel, [E][N] as stored (b_scale_layout = channels).
+  CHECK(fp8_kernel_scales_b(row) == row.scales);
+  CHECK(fp8_kernel_scale_layout_b(row) == ScaleB::channels);
+  CHECK(fp8_kernel_scale_layout_b(blocks) == ScaleB::blocks);
+  CHECK(fp8_kernel_scale_layout_b(tensor) == ScaleB::blocks);
+  const Fp8Tensor act = quantize_fp8(x.data(), shape, Fp8Scaling::block_1x128);
+  require_invalid_argument([&] { fp8_kernel_scales_b(act); }, "fp8_kernel_scales_b: tensor.scaling=1x128");
   require_invalid_argument([&] { fp8_kernel_scales_a(blocks); }, "fp8_kernel_scales_a: tensor.scaling=128x128");
 }
 

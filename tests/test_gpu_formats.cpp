@@ -58,7 +58,7 @@ std::vector<float> random_values(std::size_t count, std::int64_t k, std::mt19937
 }
 
 enum class ScalesA { block_1x128, per_row, per_tensor };
-enum class ScalesB { block_128x128, per_tensor };
+enum class ScalesB { block_128x128, per_tensor, per_channel };  // per_channel: b_scale_layout = channels
 
 struct QuantProblem {
   GroupLayout layout = GroupLayout::contiguous;
@@ -69,6 +69,7 @@ struct QuantProblem {
   int total_rows = 0, capacity = 0;
   std::vector<double> a_ref, b_ref;  // the quantized operands, dequantized exactly
   DType b_format = DType::e4m3;      // B's format: e4m3, mxfp4 or nvfp4
+  ScaleB b_scale_layout = ScaleB::blocks;  // e4m3 B: 128x128 blocks or one scale per output channel
   std::vector<float> tensor_scales;  // nvfp4: per expert
   DeviceBuffer d_a, d_b, d_c, d_groups, d_a_scales, d_b_scales, d_b_tensor_scales;
 
@@ -104,9 +105,12 @@ struct QuantProblem {
                                  : sa == ScalesA::per_row   ? Fp8Scaling::per_row
                                                             : Fp8Scaling::per_tensor;
     const Fp8Tensor qa = quantize_fp8(a.data(), a_shape, a_scaling);
-    const Fp8Tensor qb = quantize_fp8(
-        b.data(), b_shape, sb == ScalesB::block_128x128 ? Fp8Scaling::block_128x128 : Fp8Scaling::per_tensor);
+    const Fp8Tensor qb = quantize_fp8(b.data(), b_shape,
+                                      sb == ScalesB::block_128x128 ? Fp8Scaling::block_128x128
+                                      : sb == ScalesB::per_channel ? Fp8Scaling::per_row
+                                                                   : Fp8Scaling::per_tensor);
     const std::vector<float> ka = fp8_kernel_scales_a(qa), kb = fp8_kernel_scales_b(qb);
+    b_scale_layout = fp8_kernel_scale_layout_b(qb);
     const int k_blocks = (k + 127) / 128, n_blocks = (n + 127) / 128;
     a_ref.resize(a.size());
     b_ref.resize(b.size());
@@ -116,7 +120,8 @@ struct QuantProblem {
     }
     for (std::size_t i = 0; i < b.size(); ++i) {
       const std::size_t g = i / ((std::size_t)n * k), nn = (i / k) % n, kb_i = (i % k) / 128;
-      b_ref[i] = (double)e4m3_to_float(qb.data[i]) * kb[(g * n_blocks + nn / 128) * k_blocks + kb_i];
+      b_ref[i] = (double)e4m3_to_float(qb.data[i]) *
+                 (b_scale_layout == ScaleB::channels ? kb[g * n + nn] : kb[(g * n_blocks + nn / 128) * k_blocks + kb_i]);
     }
     d_a = DeviceBuffer(std::max<std::size_t>(qa.data.size(), 16));
     d_a.upload(qa.data.data(), qa.data.size());
@@ -176,6 +181,7 @@ struct QuantProblem {
     if (ab == DType::e4m3) {
       x.a_scales = static_cast<const float*>(d_a_scales.get());
       x.b_scales = d_b_scales.get();
+      x.b_scale_layout = b_scale_layout;
     } else {
       x.b_type = b_format;
       if (b_format == DType::nvfp4) x.b_tensor_scales = static_cast<const float*>(d_b_tensor_scales.get());
@@ -300,6 +306,34 @@ TEST_CASE("fp8: 128x192 tiles, a slice over two B scale blocks", "[gpu][fp8]") {
     auto q = fp8_problem(spec.layout, spec.c, {700, 0, 1, 256, 513, 64, 900, 130}, 384, 1024, rng);
     run_spec(spec, q, "128x192, N = 384");
   }
+}
+
+// The row-wise recipe (torch._scaled_grouped_mm's): per-row A scales and one B scale per output
+// channel (b_scales=channels), applied to the promoted sum after the K loop.
+TEST_CASE("fp8: per-channel weight scales (b_scales=channels), every Hopper FP8 tile", "[gpu][fp8]") {
+  if (!has_sm90a()) return skip_without_sm90a("FP8");
+  std::mt19937 rng(8106);
+  for (const char* variant : {"tile=128x128x128,stages=6", "tile=64x256x128,stages=5,c=f32,layout=masked",
+                              "tile=128x192x128,stages=5,c=f16"}) {
+    KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,a=e4m3,b=e4m3,b_scales=channels,{}", variant));
+    spec.arch = runtime().arch();
+    auto p = fp8_problem(spec.layout, spec.c, {0, 1, spec.tile.m + 1, 127, 0, 300, 129}, 200, 400, rng, ScalesA::per_row,
+                         ScalesB::per_channel);
+    run_spec(spec, p, "per-channel B, N = 200");
+    auto q = fp8_problem(spec.layout, spec.c, {700, 0, 1, 256, 513}, 384, 1024, rng, ScalesA::block_1x128, ScalesB::per_channel);
+    run_spec(spec, q, "per-channel B, N = 384");
+  }
+  // Through the Runtime: the heuristic builds b_scales=channels in from the args; a blocks kernel refuses them.
+  auto p = fp8_problem(GroupLayout::contiguous, DType::bf16, std::vector<int>(8, 300), 512, 1024, rng, ScalesA::per_row,
+                       ScalesB::per_channel);
+  p.poison();
+  GroupedGemmArgs args = p.args();
+  CHECK(runtime().choose_spec(args).b_scales == ScaleB::channels);
+  runtime().grouped_gemm(args, nullptr);
+  MOEJIT_CU(driver().cuCtxSynchronize());
+  check_result(p, "grouped_gemm, per-channel B");
+  Kernel blocks = runtime().kernel(KernelSpec::parse(fmt::format("family=hopper,arch={},a=e4m3,b=e4m3", runtime().arch().to_text())));
+  CHECK_THROWS_WITH(blocks.launch(args, nullptr), Catch::Contains("b_scale_layout=channels"));
 }
 
 TEST_CASE("fp8: every portable variant (E4M3 widened to BF16, promotion per 128 K)", "[gpu][fp8]") {

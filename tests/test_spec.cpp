@@ -269,6 +269,25 @@ TEST_CASE("fusion fields: canonical text, round trip, key", "[spec][fusion]") {
   CHECK_THROWS_WITH(KernelSpec::parse("gather_by=dma"), Catch::Matchers::Contains("cp_async|tma"));
 }
 
+TEST_CASE("FP8 per-channel weight scales: b_scales=channels", "[spec]") {
+  auto blocks = KernelSpec::parse("family=hopper,a=e4m3,b=e4m3");
+  CHECK(blocks.b_scales == ScaleB::blocks);
+  CHECK(blocks.to_text().find("b_scales") == std::string::npos);  // earlier texts and keys unchanged
+  auto channels = KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,b_scales=channels");
+  channels.validate();
+  CHECK(channels.b_scales == ScaleB::channels);
+  CHECK(channels.to_text().ends_with(",b_scales=channels"));
+  CHECK(KernelSpec::parse(channels.to_text()) == channels);
+  CHECK_FALSE(channels.key() == blocks.key());
+  CHECK(operand_formats(channels).find("b_scales fp32 [E][N]") != std::string::npos);
+  for (const char* bad : {"family=hopper,b_scales=channels", "family=portable,arch=sm_80,a=e4m3,b=e4m3,b_scales=channels",
+                          "family=hopper,b=mxfp4,b_scales=channels"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(KernelSpec::parse(bad).validate(), Catch::Matchers::Contains("b_scales=channels"));
+  }
+  CHECK_THROWS_WITH(KernelSpec::parse("b_scales=rows"), Catch::Matchers::Contains("blocks|channels"));
+}
+
 TEST_CASE("fusion specs round-trip for every flag, activation and layout", "[spec][fusion]") {
   std::set<std::string> texts;
   std::set<std::string> keys;

@@ -61,6 +61,7 @@ TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key
   vary([](KernelSpec& s) { s.fusion.atomic = true; });
   vary([](KernelSpec& s) { s.fusion.glu = GluLayout::split; });
   vary([](KernelSpec& s) { s.fusion.gather_by = GatherLoad::tma; });
+  vary([](KernelSpec& s) { s.b_scales = ScaleB::channels; });
   std::set<std::pair<std::uint64_t, std::uint64_t>> keys;
   keys.insert({pack_spec(base)->lo, pack_spec(base)->hi});
   for (auto& v : variants) {
@@ -119,6 +120,12 @@ TEST_CASE("shape buckets: rounding, text round trip, rejects other text", "[tuni
   CHECK(ShapeBucketHash()(w4) != ShapeBucketHash()(same));
   auto fp8 = ShapeBucket::of(GroupLayout::masked, DType::e4m3, DType::bf16, 256, 4096, 7168, 1024, 256);
   CHECK(ShapeBucket::parse(fp8.to_text()) == fp8);
+  auto channels = fp8;  // per-channel weight scales: a bucket of their own
+  channels.b_scales = ScaleB::channels;
+  CHECK(channels.to_text().find(",b_scales=channels") != std::string::npos);
+  CHECK(ShapeBucket::parse(channels.to_text()) == channels);
+  CHECK_FALSE(channels == fp8);
+  CHECK_FALSE(ShapeBucket::parse("layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,b_scales=channels"));
   for (const char* bad : {"layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,b=f16",
                           "layout=masked,ab=f16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,b=nvfp4",
                           "layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,b=nvfp4,x=1"})

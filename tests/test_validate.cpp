@@ -147,6 +147,15 @@ TEST_CASE("public entry points name every bad argument (table)", "[validate]") {
       {"4-bit B with f16 A", [](auto& a) { a.ab_type = DType::f16; a.b_type = DType::mxfp4; }, "ab_type=f16 with b_type=mxfp4"},
       {"b_type f32", [](auto& a) { a.b_type = DType::f32; }, "b_type=f32 with ab_type=bf16"},
       {"mxfp4 k not a multiple of 32", [](auto& a) { a.b_type = DType::mxfp4; a.k = 528; }, "k=528 (b_type=mxfp4: expected a multiple of 32"},
+      {"per-channel weight scales on bf16", [](auto& a) { a.b_scale_layout = ScaleB::channels; },
+       "b_scale_layout=channels but ab_type=bf16"},
+      {"fp8 per-channel without b_scales",
+       [](auto& a) {
+         a.ab_type = DType::e4m3;
+         a.a_scales = reinterpret_cast<const float*>(0x50000);
+         a.b_scale_layout = ScaleB::channels;
+       },
+       "b_scales (ab_type=e4m3, b_scale_layout=channels: fp32 [num_groups][N]) is null"},
       {"nvfp4 without tensor scales", [](auto& a) { a.b_type = DType::nvfp4; }, "b_tensor_scales (b_type=nvfp4: fp32 [num_groups]) is null"},
       {"mxfp4 with tensor scales",
        [](auto& a) { a.b_type = DType::mxfp4; a.b_tensor_scales = reinterpret_cast<const float*>(0x50000); },

@@ -74,6 +74,7 @@
 #pragma once
 #include <cstdint>
 #include <vector>
+#include "moejit/spec.hpp"
 
 namespace moejit {
 
@@ -150,13 +151,14 @@ Nvfp4Tensor quantize_nvfp4(const float* values, QuantShape shape);
 
 // FP8 scales as the FP8 grouped GEMM takes them (GroupedGemmArgs::a_scales and b_scales):
 //   a: [ceil(k/128)][batches * rows] from per_tensor, per_row or block_1x128 scaling (the latter: a copy);
-//   b: [batches][ceil(rows/128)][ceil(k/128)] from per_tensor or block_128x128 (the latter: a copy).
-// Exact (each element keeps its scale). Per-row weight scales (one per output channel) cannot be
-// expressed in 128-channel blocks: fp8_kernel_scales_b throws InvalidArgument for them (not
-// supported by the kernel yet), as it does for block_1x128 weights and fp8_kernel_scales_a for
-// block_128x128 activations.
+//   b: [batches][ceil(rows/128)][ceil(k/128)] from per_tensor or block_128x128 (the latter: a copy),
+//      or [batches][rows] from per_row (one per output channel; a copy): that layout is
+//      GroupedGemmArgs::b_scale_layout = ScaleB::channels (fp8_kernel_scale_layout_b says which).
+// Exact (each element keeps its scale). fp8_kernel_scales_b throws InvalidArgument for block_1x128
+// weights, fp8_kernel_scales_a for block_128x128 activations.
 std::vector<float> fp8_kernel_scales_a(const Fp8Tensor& activations);
 std::vector<float> fp8_kernel_scales_b(const Fp8Tensor& weights);
+ScaleB fp8_kernel_scale_layout_b(const Fp8Tensor& weights);  // channels for per_row, else blocks
 
 // 4-bit weights pre-arranged for the Hopper weight-only kernel (layout "W4 SM90" above); the
 // tensor's batches are the experts, rows = N. Sizes are checked against the shape.

@@ -30,6 +30,8 @@ using Stream = CUstream_st*;
 //     total_rows, or num_groups × capacity when masked), b_scales fp32
 //     [num_groups][ceil(N/128)][ceil(K/128)]. C[r, n] = Σ_kb a_scales[kb][r] · b_scales[g][n/128][kb]
 //     · Σ_{k in block kb} A[r, k] · B[g, n, k]. quantize_fp8 + fp8_kernel_scales_a/b make them.
+//     b_scale_layout = ScaleB::channels (hopper only): b_scales fp32 [num_groups][N], one per output
+//     channel (per_row weights, the row-wise recipe): C[r, n] = b_scales[g][n] · Σ_kb a_scales[kb][r] · (...).
 //     With fuse=gather (portable family) A is [num_tokens, K] in token order and a_scales
 //     [ceil(K/128)][num_tokens]: a routed row takes its token's row and scales. FP8 with a split
 //     GLU needs (n/2) % 128 == 0 (the up half's B scale blocks).
@@ -66,6 +68,7 @@ struct GroupedGemmArgs {
   // Scales of quantized operands (see above); null for 16-bit operands. 4-byte aligned.
   const float* a_scales = nullptr;  // ab_type = e4m3
   const void* b_scales = nullptr;   // ab_type = e4m3: fp32
+  ScaleB b_scale_layout = ScaleB::blocks;  // ab_type = e4m3: 128x128 blocks or one per output channel
   const float* b_tensor_scales = nullptr;  // b_type = nvfp4
   // B's element type where it differs from A's: mxfp4 | nvfp4 (weight-only); empty: ab_type.
   std::optional<DType> b_type;

@@ -33,6 +33,11 @@ enum class GluLayout { interleaved, split };
 // copies (16 bytes each, one barrier arrival per thread), or one TMA copy per row (a 1-row box into
 // the row's swizzled place; one expect_tx per stage). Printed as ",gather_by=tma" when not the default.
 enum class GatherLoad { cp_async, tma };
+// FP8 (a = b = e4m3) weight scales: one per 128x128 block of each expert (DeepSeek-V3), or one per
+// output channel of each expert (the row-wise recipe: [E][N], constant along K; the Hopper FP8
+// kernel applies it to the promoted sum before the epilogue). Printed as ",b_scales=channels" when
+// not the default.
+enum class ScaleB { blocks, channels };
 inline bool is_glu(Activation a) { return a == Activation::swiglu || a == Activation::swiglu_oai; }
 
 // Compute capability, e.g. {9, 0, true} is sm_90a (arch-specific features: wgmma, setmaxnreg).
@@ -88,6 +93,7 @@ struct KernelSpec {
   int cluster_m = 1, cluster_n = 1;
   Scheduler scheduler = Scheduler::static_persistent;
   Fusion fusion{};
+  ScaleB b_scales = ScaleB::blocks;  // a = b = e4m3 only
 
   std::string to_text() const;
   static KernelSpec parse(std::string_view text);  // throws SpecError
@@ -117,6 +123,7 @@ std::string_view to_text(Scheduler);
 std::string_view to_text(Activation);
 std::string_view to_text(GluLayout);
 std::string_view to_text(GatherLoad);
+std::string_view to_text(ScaleB);
 // "fuse=...,act=..." (+ ",glu=...", ",gather_by=tma" as in KernelSpec::to_text); KernelSpec::parse reads it back.
 std::string to_text(const Fusion&);
 int element_bytes(DType);  // bytes per element; 4-bit formats: 1 (two elements per byte, see pack_w4_sm90)

@@ -67,6 +67,7 @@ inline std::optional<SpecKey> pack_spec(const KernelSpec& s) {
   put(hi, s.tile.m, 16);
   put(hi, s.tile.n, 16);
   put(hi, s.tile.k, 16);
+  put(hi, static_cast<int>(s.b_scales), 1);  // 61 bits
   if (!fits) return std::nullopt;
   return SpecKey{lo, hi};
 }

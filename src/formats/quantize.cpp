@@ -208,14 +208,19 @@ std::vector<float> fp8_kernel_scales_b(const Fp8Tensor& tensor) {
   const QuantShape shape = tensor.shape;
   const ScaleShape scale_shape = fp8_scale_shape(function, shape, tensor.scaling);
   check_size(function, "tensor.scales", tensor.scales, shape.batches * scale_shape.rows * scale_shape.cols, shape);
-  if (tensor.scaling == Fp8Scaling::per_row || tensor.scaling == Fp8Scaling::block_1x128)
-    bad(function, "tensor.scaling={} (weights take tensor or 128x128 scales: the FP8 kernel applies one B scale per "
-        "128 output channels)", scaling_name(tensor.scaling));
-  if (tensor.scaling == Fp8Scaling::block_128x128) return tensor.scales;
+  if (tensor.scaling == Fp8Scaling::block_1x128)
+    bad(function, "tensor.scaling={} (weights take tensor, per-row (one per output channel) or 128x128 scales)",
+        scaling_name(tensor.scaling));
+  // per_row: [batches][rows][1] is already the per-channel layout (GroupedGemmArgs::b_scale_layout = channels).
+  if (tensor.scaling == Fp8Scaling::block_128x128 || tensor.scaling == Fp8Scaling::per_row) return tensor.scales;
   const std::int64_t n_blocks = ceil_div(shape.rows, kFp8ScaleBlock), k_blocks = ceil_div(shape.k, kFp8ScaleBlock);
   std::vector<float> out(static_cast<std::size_t>(shape.batches * n_blocks * k_blocks));
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = tensor.scales[i / (n_blocks * k_blocks)];
   return out;
+}
+
+ScaleB fp8_kernel_scale_layout_b(const Fp8Tensor& tensor) {
+  return tensor.scaling == Fp8Scaling::per_row ? ScaleB::channels : ScaleB::blocks;
 }
 
 Mxfp4Tensor quantize_mxfp4(const float* values, QuantShape shape) {

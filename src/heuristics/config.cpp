@@ -64,6 +64,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   if (problem.b_type) spec.b = *problem.b_type;
   spec.c = problem.c_type;
   spec.fusion = problem.fusion;
+  spec.b_scales = problem.b_scales;
 
   // Mean rows per non-empty group decides whether 128-row tiles are mostly filled.
   long long active = 0, rows = 0;

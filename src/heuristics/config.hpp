@@ -19,6 +19,7 @@ struct GemmProblem {
   std::span<const int> group_rows;  // per-group valid rows when known (may be empty)
   std::optional<DType> b_type;      // B's type where it differs from ab_type (mxfp4 | nvfp4)
   Fusion fusion{};                  // built into the chosen spec (configs that cannot take it are avoided)
+  ScaleB b_scales = ScaleB::blocks;  // FP8: B's scale layout (channels: the Hopper FP8 kernel only)
 };
 
 // Chooses family, tile, stages and scheduler for the arch. Documented in docs/design.md.

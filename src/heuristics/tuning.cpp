@@ -44,6 +44,7 @@ std::string ShapeBucket::to_text() const {
                                 moejit::to_text(ab_type), moejit::to_text(c_type), num_groups, n, k, 1ll << rows_log2,
                                 1ll << active_log2, b_type == ab_type ? "" : ",b=",
                                 b_type == ab_type ? "" : moejit::to_text(b_type));
+  if (b_scales != ScaleB::blocks) out += fmt::format(",b_scales={}", moejit::to_text(b_scales));
   if (fusion.any()) {
     out += ',';
     out += moejit::to_text(fusion);
@@ -89,6 +90,10 @@ std::optional<ShapeBucket> ShapeBucket::parse(std::string_view text) {
     else return std::nullopt;
     if (b.ab_type != DType::bf16) return std::nullopt;
   }
+  if (text.starts_with("b_scales=")) {
+    if (take("b_scales=") != moejit::to_text(ScaleB::channels) || b.ab_type != DType::e4m3) return std::nullopt;
+    b.b_scales = ScaleB::channels;
+  }
   if (!text.empty()) {
     // Fused buckets: the fusion fields of a spec's text, exactly as to_text() writes them.
     if (!text.starts_with("fuse=")) return std::nullopt;
@@ -132,6 +137,7 @@ std::size_t ShapeBucketHash::operator()(const ShapeBucket& b) const noexcept {
   const Fusion& f = b.fusion;
   y ^= (std::uint64_t)(f.gather_a | f.scatter_c << 1 | f.routing_weight << 2 | f.bias << 3 | f.atomic << 4 |
                        (int)f.glu << 5 | (int)f.activation << 6) << 56;  // gather_by: equality tells buckets apart
+  y ^= (std::uint64_t)b.b_scales << 39;
   x ^= y * 0x9e3779b97f4a7c15ull;
   x ^= x >> 31;
   x *= 0xbf58476d1ce4e5b9ull;

@@ -25,6 +25,7 @@ struct ShapeBucket {
   int active_log2 = 0;  // ceil(log2(active groups))
   DType b_type = DType::bf16;  // equal to ab_type except for weight-only 4-bit (text: ",b=mxfp4")
   Fusion fusion{};      // fused calls are buckets of their own (text: ",fuse=...,act=..." appended)
+  ScaleB b_scales = ScaleB::blocks;  // FP8 per-channel weight scales: their own buckets (text: ",b_scales=channels")
 
   bool operator==(const ShapeBucket&) const = default;
   std::string to_text() const;  // "layout=contiguous,ab=bf16,c=bf16,groups=128,n=5760,k=2880,rows<=512,active<=128"

@@ -157,6 +157,7 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
   ShapeBucket bucket =
       ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type);
   bucket.fusion = args.fusion;
+  bucket.b_scales = args.b_scale_layout;
   return bucket;
 }
 
@@ -380,6 +381,7 @@ GemmProblem problem_of(const GroupedGemmArgs& args, const HostGroups& groups, st
   problem.n = args.n;
   problem.k = args.k;
   problem.fusion = args.fusion;
+  problem.b_scales = args.b_scale_layout;
   problem.total_rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
   if (groups.known) {
     rows.resize(args.num_groups);
@@ -403,7 +405,7 @@ std::optional<KernelSpec> stored_spec(Runtime::Impl& rt, const ShapeBucket& buck
     KernelSpec spec = KernelSpec::parse(text);
     spec.validate();
     if (spec.arch == rt.arch && spec.layout == bucket.layout && spec.a == bucket.ab_type && spec.b == bucket.b_type &&
-        spec.c == bucket.c_type && spec.fusion == bucket.fusion)
+        spec.c == bucket.c_type && spec.fusion == bucket.fusion && spec.b_scales == bucket.b_scales)
       return spec;
   } catch (const Error&) {
   }

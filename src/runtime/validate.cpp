@@ -30,7 +30,10 @@ void validate_args(const GroupedGemmArgs& a) {
   if (a.ab_type == DType::e4m3) {
     // FP8 with DeepSeek-V3 block scales (layouts in include/moejit/formats.hpp).
     check_pointer(a.a_scales, "a_scales (ab_type=e4m3: fp32 [ceil(K/128)][rows of A])", 4);
-    check_pointer(a.b_scales, "b_scales (ab_type=e4m3: fp32 [num_groups][ceil(N/128)][ceil(K/128)])", 4);
+    check_pointer(a.b_scales,
+                  a.b_scale_layout == ScaleB::channels ? "b_scales (ab_type=e4m3, b_scale_layout=channels: fp32 [num_groups][N])"
+                                                       : "b_scales (ab_type=e4m3: fp32 [num_groups][ceil(N/128)][ceil(K/128)])",
+                  4);
     // TMA: row strides of A and B (K bytes) must be multiples of 16.
     if (a.k % 16) bad("k={} (ab_type=e4m3: expected a multiple of 16, the 16-byte row alignment TMA needs)", a.k);
   } else {
@@ -39,6 +42,9 @@ void validate_args(const GroupedGemmArgs& a) {
       bad("b_scales={} but ab_type={}{} takes no separate scales (expected null)", a.b_scales, to_text(a.ab_type),
           a.b_type ? fmt::format(", b_type={} (scales are inside the packed blocks)", to_text(*a.b_type)) : "");
   }
+  if (a.b_scale_layout != ScaleB::blocks && a.ab_type != DType::e4m3)
+    bad("b_scale_layout={} but ab_type={} (per-channel weight scales are for FP8, ab_type=e4m3)", to_text(a.b_scale_layout),
+        to_text(a.ab_type));
   if (a.b_type && *a.b_type != a.ab_type) {
     // Weight-only 4-bit: B pre-arranged by pack_w4_sm90 (include/moejit/formats.hpp).
     const DType b = *a.b_type;
@@ -126,6 +132,8 @@ void validate_args_match_spec(const GroupedGemmArgs& a, const KernelSpec& spec) 
   if (a.ab_type != spec.a) bad("ab_type={} but the kernel was built for a={}", to_text(a.ab_type), to_text(spec.a));
   if (a.b_format() != spec.b) bad("b_type={} but the kernel was built for b={}", to_text(a.b_format()), to_text(spec.b));
   if (a.c_type != spec.c) bad("c_type={} but the kernel was built for c={}", to_text(a.c_type), to_text(spec.c));
+  if (a.b_scale_layout != spec.b_scales)
+    bad("b_scale_layout={} but the kernel was built for b_scales={}", to_text(a.b_scale_layout), to_text(spec.b_scales));
 }
 
 void validate_groups(const GroupedGemmArgs& a, std::span<const int> g) {

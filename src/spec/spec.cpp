@@ -52,6 +52,7 @@ constexpr EnumNames<Activation, 5> kActivations{{{{Activation::none, "none"},
 
 constexpr EnumNames<GluLayout, 2> kGluLayouts{{{{GluLayout::interleaved, "interleaved"}, {GluLayout::split, "split"}}}};
 constexpr EnumNames<GatherLoad, 2> kGatherLoads{{{{GatherLoad::cp_async, "cp_async"}, {GatherLoad::tma, "tma"}}}};
+constexpr EnumNames<ScaleB, 2> kScaleBs{{{{ScaleB::blocks, "blocks"}, {ScaleB::channels, "channels"}}}};
 
 int parse_int(std::string_view field, std::string_view text) {
   int value = 0;
@@ -117,6 +118,7 @@ std::string_view to_text(Scheduler v) { return kSchedulers.text(v); }
 std::string_view to_text(Activation v) { return kActivations.text(v); }
 std::string_view to_text(GluLayout v) { return kGluLayouts.text(v); }
 std::string_view to_text(GatherLoad v) { return kGatherLoads.text(v); }
+std::string_view to_text(ScaleB v) { return kScaleBs.text(v); }
 int element_bytes(DType t) { return t == DType::f32 ? 4 : t == DType::bf16 || t == DType::f16 ? 2 : 1; }
 
 std::string to_text(const Fusion& f) {
@@ -158,6 +160,7 @@ std::string KernelSpec::to_text() const {
   if (family == KernelFamily::portable) out += fmt::format(",warps={}x{}", warps_m, warps_n);
   // glu= is printed only where it means something (or was set), so that unfused specs keep their text and key.
   out += fmt::format(",cluster={}x{},sched={},{}", cluster_m, cluster_n, moejit::to_text(scheduler), moejit::to_text(fusion));
+  if (b_scales != ScaleB::blocks) out += fmt::format(",b_scales={}", moejit::to_text(b_scales));  // earlier texts and keys unchanged
   return out;
 }
 
@@ -231,13 +234,14 @@ KernelSpec KernelSpec::parse(std::string_view text) {
   if (auto v = take("act")) s.fusion.activation = kActivations.parse("act", *v);
   if (auto v = take("glu")) s.fusion.glu = kGluLayouts.parse("glu", *v);
   if (auto v = take("gather_by")) s.fusion.gather_by = kGatherLoads.parse("gather_by", *v);
+  if (auto v = take("b_scales")) s.b_scales = kScaleBs.parse("b_scales", *v);
 
-  static constexpr std::array<std::string_view, 16> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
+  static constexpr std::array<std::string_view, 17> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
                                                               "tile",   "stages", "warps", "cluster", "sched", "fuse", "act",
-                                                              "glu",    "gather_by"};
+                                                              "glu",    "gather_by", "b_scales"};
   for (auto& [name, value] : fields)
     if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end())
-      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by)", name));
+      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales)", name));
   return s;
 }
 
@@ -320,6 +324,10 @@ void KernelSpec::validate() const {
     fail("gather_by={} with fuse={} on family={} (gather_by chooses how the Hopper family loads gathered rows: "
          "it needs fuse=gather and family=hopper)",
          moejit::to_text(fusion.gather_by), fusion_text(fusion), moejit::to_text(family));
+  if (b_scales != ScaleB::blocks && !(a == DType::e4m3 && family == KernelFamily::hopper))
+    fail("b_scales={} with a={} on family={} (per-channel weight scales: the Hopper FP8 kernel only; "
+         "family=portable takes 128x128 blocks)",
+         moejit::to_text(b_scales), moejit::to_text(a), moejit::to_text(family));
   if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
     fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));
   if (cluster_m != 1 || cluster_n != 1) {
@@ -382,7 +390,8 @@ std::string operand_formats(const KernelSpec& spec) {
   std::string out;
   if (spec.a == DType::e4m3) {
     out += fmt::format("A  e4m3 {}[K]; a_scales fp32 [ceil(K/128)][rows of A] (1x128 blocks, K-block-major)\n", rows);
-    out += "B  e4m3 [E][N][K]; b_scales fp32 [E][ceil(N/128)][ceil(K/128)] (128x128 blocks)\n";
+    out += spec.b_scales == ScaleB::channels ? "B  e4m3 [E][N][K]; b_scales fp32 [E][N] (one per output channel)\n"
+                                             : "B  e4m3 [E][N][K]; b_scales fp32 [E][ceil(N/128)][ceil(K/128)] (128x128 blocks)\n";
   } else if (spec.is_weight_only_4bit()) {
     out += fmt::format("A  {} {}[K]\n", moejit::to_text(spec.a), rows);
     if (spec.b == DType::mxfp4)

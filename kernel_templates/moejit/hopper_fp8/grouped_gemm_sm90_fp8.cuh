@@ -5,7 +5,9 @@
 // Scales come in GroupedGemmParams (fp32; layouts defined in include/moejit/formats.hpp):
 //   scale_a[kb * total_rows + row], row as in A (contiguous: absolute row; masked: group * capacity
 //     + r): K-block-major, so that a warp's rows of one K block are contiguous.
-//   scale_b[(group * ceil(N / 128) + n / 128) * ceil(K / 128) + kb].
+//   scale_b[(group * ceil(N / 128) + n / 128) * ceil(K / 128) + kb], or (kChannelScalesB, spec
+//     b_scales=channels: the row-wise recipe) scale_b[group * N + n], one per output channel, which
+//     multiplies the promoted sum once after the K loop (bias, if fused, is added after it).
 // Verified on the H100 through a standalone harness; through the Runtime: compiled, not yet run.
 //
 // Same skeleton as the BF16 kernel: warpgroup 0 is the TMA producer, warpgroups 1 and 2 consume.
@@ -43,7 +45,28 @@ __host__ __device__ constexpr int fp8_smem_bytes() {
 // on it with direct stores: bias as the accumulators' start (the promotion adds to them), then
 // activation (interleaved GLU), weight, store / scatter / fp32 atomics. Not here: gather (A and its
 // scales come by TMA per tile) and split GLU (B boxes and B scale blocks of two halves).
-template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class Fuse = NoFusion>
+// Per-channel B scales (kChannelScalesB): acc[4j + 2h + e] of output column n0 + 8j + 2(lane%4) + e
+// times scale_b[group][column], then + bias[group][column] with fuse=bias (the accumulators
+// started at zero: a bias folded in first would be scaled too). Columns past N get 0.
+template <int kWgN, bool kBias>
+__device__ __forceinline__ void scale_columns_fp8(float (&acc)[kWgN / 2], const float* scale_b, const FusionParams* f,
+                                                  int group, int n, int n0, int lane) {
+  const float* const scales = scale_b + static_cast<long long>(group) * n;
+#pragma unroll
+  for (int j = 0; j < kWgN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = n0 + 8 * j + 2 * (lane % 4) + e;
+      const float s = col < n ? __ldg(scales + col) : 0.f;
+      float b = 0.f;
+      if constexpr (kBias) b = bias_at(*f, group, n, col);
+      acc[4 * j + e] = fmaf(acc[4 * j + e], s, b);
+      acc[4 * j + 2 + e] = fmaf(acc[4 * j + 2 + e], s, b);
+    }
+  }
+}
+
+template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class Fuse = NoFusion, bool kChannelScalesB = false>
 __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                                  const FusionParams* f = nullptr) {
@@ -131,22 +154,27 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // A slice wholly past N (consumer 1 of a 256-wide tile when N is ragged) stores nothing, but
       // its scale read must stay inside B's scales: the group's last block (compute-sanitizer
       // memcheck, H100, 2026-11-23: n0 / 128 read one block past the last group's end).
+      // (Per-channel B scales: no B scale in the promotion; sb stays 1 and sb_block is unused.)
       const float* sb_block = static_cast<const float*>(p.scale_b) +
-                              (static_cast<long long>(tile.group) * n_scale_blocks + min(n0, p.n - 1) / 128) * num_k_blocks;
+                              (kChannelScalesB ? 0ll
+                                               : (static_cast<long long>(tile.group) * n_scale_blocks + min(n0, p.n - 1) / 128) *
+                                                     num_k_blocks);
       // 128x192: columns [split, 192) of the slice take the next scale block's scale (or, past N,
       // where nothing is stored, this block's again: the read stays inside B's scales).
       constexpr bool kTwoScaleBlocks = kWgN > 128;
       const int split = kTwoScaleBlocks ? 128 - n0 % 128 : kWgN;
       const float* sb_block_hi = kTwoScaleBlocks && n0 + split < p.n ? sb_block + num_k_blocks : sb_block;
       const long long a_stride = p.total_rows;
-      float sa0 = 0.f, sa1 = 0.f, sb = 0.f, sb_hi = 0.f;
+      float sa0 = 0.f, sa1 = 0.f, sb = kChannelScalesB ? 1.f : 0.f, sb_hi = sb;
       if (num_k_blocks > 0) {
         sa0 = sa_row0 ? __ldg(sa_row0) : 0.f;
         sa1 = sa_row1 ? __ldg(sa_row1) : 0.f;
-        sb = __ldg(sb_block);
-        if constexpr (kTwoScaleBlocks) sb_hi = __ldg(sb_block_hi);
+        if constexpr (!kChannelScalesB) {
+          sb = __ldg(sb_block);
+          if constexpr (kTwoScaleBlocks) sb_hi = __ldg(sb_block_hi);
+        }
       }
-      if constexpr (Fuse::bias) {
+      if constexpr (Fuse::bias && !kChannelScalesB) {
         init_acc_with_bias<kBlockN, kWgN, false>(acc, *f, tile.group, p.n, tile.n_block * kBlockN, tile_col0, lane);
       } else {
 #pragma unroll
@@ -164,12 +192,14 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           Mma::mma(part, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), k != 0);
         wgmma_commit();
         // Next block's scales load while the MMAs run.
-        float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = 0.f, next_sb_hi = 0.f;
+        float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = kChannelScalesB ? 1.f : 0.f, next_sb_hi = next_sb;
         if (kb + 1 < num_k_blocks) {
           next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
           next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
-          next_sb = __ldg(sb_block + kb + 1);
-          if constexpr (kTwoScaleBlocks) next_sb_hi = __ldg(sb_block_hi + kb + 1);
+          if constexpr (!kChannelScalesB) {
+            next_sb = __ldg(sb_block + kb + 1);
+            if constexpr (kTwoScaleBlocks) next_sb_hi = __ldg(sb_block_hi + kb + 1);
+          }
         }
         wgmma_wait<0>();
         wgmma_fence_operands(part);
@@ -191,6 +221,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         sb_hi = next_sb_hi;
         sa0 = next_sa0, sa1 = next_sa1, sb = next_sb;
       }
+      if constexpr (kChannelScalesB)
+        scale_columns_fp8<kWgN, Fuse::bias>(acc, static_cast<const float*>(p.scale_b), f, tile.group, p.n, n0, lane);
       if constexpr (Fuse::epilogue) {
         const int m_first = tile.m_block * kBlockM + tile_row0;  // the slice's first group-local row
         unsigned unused_buffer = 0;  // direct stores: no staging, tma_a only fills the unused map argument
