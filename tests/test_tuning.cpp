@@ -158,7 +158,7 @@ TEST_CASE("heuristic and tuner keep the fusions; gather avoids CTA pairs", "[tun
   CHECK(s.fusion == problem.fusion);
   CHECK(s.cluster_n == 1);
   for (auto& c : tuning_candidates(problem, kHopper, 132)) {
-    CHECK(c.fusion == problem.fusion);  // gather_by=tma stays opt-in until it has run on a GPU
+    CHECK(c.fusion == problem.fusion);  // gather_by=tma stays opt-in (slower, docs/perf.md v7)
     CHECK(c.cluster_n == 1);
     CHECK(c.cluster_m == 1);
     CHECK_NOTHROW(c.validate());

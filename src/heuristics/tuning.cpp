@@ -21,8 +21,8 @@ struct TileConfig {
 constexpr TileConfig kHopperTiles[] = {
     {{64, 256, 64}, 5, 1, 1}, {{128, 256, 64}, 4, 1, 1}, {{128, 192, 64}, 5, 1, 1},
     {{128, 128, 64}, 6, 1, 1}, {{64, 128, 64}, 6, 1, 1}, {{128, 256, 64}, 4, 1, 1, 2},
-    // CTA pairs along M sharing B (cluster=2x1): opt-in, not measured yet (docs/perf.md, "v5
-    // candidate"); the heuristic never picks it, so the tuner is where it gets timed.
+    // CTA pairs along M sharing B (cluster=2x1): opt-in, never faster than 1x2 in docs/perf.md v6;
+    // the heuristic never picks it, so the tuner is where it gets timed.
     {{128, 256, 64}, 4, 1, 1, 1, 2},
 };
 // 2x1 pairs take M tiles 2i, 2i+1 of one group: with fewer than two 128-row tiles per group the
@@ -180,8 +180,7 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
     for (auto& t : kHopperTiles) add(t);
   else
     for (auto& t : kPortableTiles) add(t);
-  // Not gather_by=tma: it has not run on a GPU yet, and a kernel that faults would poison the
-  // tuning process's context (docs/perf.md v6). Add it here once the [gather_tma] cases pass.
+  // Not gather_by=tma: correct, but 1.4-2.5x slower than cp.async on the H100 (docs/perf.md v7).
   return out;
 }
 

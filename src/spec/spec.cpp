@@ -355,7 +355,7 @@ void KernelSpec::validate() const {
   } else if (a == DType::e4m3) {
     // FP8 block-scaled kernel (kernel_templates/moejit/hopper_fp8/): what it implements so far.
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
-    // 128x192x128: opt-in (compiled; not chosen by the heuristic or the tuner until measured).
+    // 128x192x128: chosen for long K and full groups (docs/perf.md v7).
     if (!(tile.m == 128 && tile.n == 128 && tile.k == 128) && !(tile.m == 64 && tile.n == 256 && tile.k == 128) &&
         !(tile.m == 128 && tile.n == 192 && tile.k == 128))
       fail("tile {}x{}x{} (FP8 allows: 128x128x128|128x192x128|64x256x128; K = one 128-wide scale block)", tile.m,

@@ -60,7 +60,7 @@ __host__ __device__ constexpr int smem_bytes() {
 // (the empty barriers count 16 warps, half of them arriving from the peer), and the dynamic
 // scheduler's tile numbers come from rank 0, which writes them into both CTAs' rings.
 //
-// kClusterM == 2 (opt-in, not yet measured on a GPU): CTA pairs (a 2x1 cluster) take the two M
+// kClusterM == 2 (opt-in; its GPU tests pass, and on the H100 it was never faster than 1x2, docs/perf.md v6): CTA pairs (a 2x1 cluster) take the two M
 // tiles 2i, 2i+1 of one (group, N tile) and share the larger operand, B: each loads one half of the
 // B tile (kBlockN/2 rows: the B map's box; split GLU: rank 0 the gate box, rank 1 the up box) and
 // multicasts it to both, so a CTA pulls 16 + 16 = 32 KB per 128x256x64 k-block. A group with an
