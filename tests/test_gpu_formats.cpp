@@ -134,7 +134,8 @@ struct QuantProblem {
   }
 
   // Weight-only 4-bit: A bf16, B quantized to `format` per expert and packed by pack_w4_sm90.
-  void fill_w4(std::mt19937& rng, DType format) {
+  // odd_expert_gain multiplies the odd experts' weights (large block scales next to small ones).
+  void fill_w4(std::mt19937& rng, DType format, float odd_expert_gain = 1.f) {
     shape_rows();
     b_format = format;
     std::vector<float> a = random_values((std::size_t)total_rows * k, k, rng, 1.f);
@@ -143,6 +144,9 @@ struct QuantProblem {
     for (std::size_t i = 0; i < a.size(); ++i) a_bits[i] = float_to_bf16(a[i]), a_ref[i] = bf16_to_float(a_bits[i]);
     const QuantShape b_shape{groups, n, k};
     std::vector<float> b = random_values((std::size_t)groups * n * k, k, rng, 0.05f);
+    if (odd_expert_gain != 1.f)
+      for (std::size_t i = 0; i < b.size(); ++i)
+        if ((i / ((std::size_t)n * k)) % 2 == 1) b[i] *= odd_expert_gain;
     std::vector<std::uint8_t> packed;
     b_ref.resize(b.size());
     if (format == DType::mxfp4) {
@@ -247,7 +251,8 @@ QuantProblem fp8_problem(GroupLayout layout, DType c, std::vector<int> rows, int
   return p;
 }
 
-QuantProblem w4_problem(GroupLayout layout, DType format, DType c, std::vector<int> rows, int n, int k, std::mt19937& rng) {
+QuantProblem w4_problem(GroupLayout layout, DType format, DType c, std::vector<int> rows, int n, int k, std::mt19937& rng,
+                        float odd_expert_gain = 1.f) {
   QuantProblem p;
   p.layout = layout;
   p.ab = DType::bf16;
@@ -256,7 +261,7 @@ QuantProblem w4_problem(GroupLayout layout, DType format, DType c, std::vector<i
   p.rows_of = std::move(rows);
   p.n = n;
   p.k = k;
-  p.fill_w4(rng, format);
+  p.fill_w4(rng, format, odd_expert_gain);
   return p;
 }
 
@@ -390,6 +395,19 @@ TEST_CASE("w4: every variant, mixed groups (empty, 1, tile +-1), ragged N and pa
     // Several tiles per CTA, gpt-oss's K = 2880 (45 stages), N = 640.
     auto q = w4_problem(spec.layout, spec.b, spec.c, {700, 0, 1, 256, 513, 64, 9, 130}, 640, 2880, rng);
     run_spec(spec, q, "multi-tile");
+  }
+}
+
+// The Hopper MXFP4 widening multiplies once by 2^(s - 1) while every E8M0 scale of a warp's stage
+// is <= 2^1 (byte 128) and twice (2^126, then the scale) otherwise: weights of 0.05 give scales
+// near 2^-6, the odd experts' x 400 give scales near 2^3, so both paths run in one launch.
+TEST_CASE("w4: block scales above 2^1 next to small ones (the widening's two multiply paths)", "[gpu][w4]") {
+  if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
+  std::mt19937 rng(4105);
+  for (const KernelSpec& spec : w4_candidates(runtime().arch())) {
+    if (spec.layout != GroupLayout::contiguous) continue;
+    auto p = w4_problem(spec.layout, spec.b, spec.c, {5, 130, 0, 64, 200, 1}, 256, 640, rng, 400.f);
+    run_spec(spec, p, "large scales");
   }
 }
 

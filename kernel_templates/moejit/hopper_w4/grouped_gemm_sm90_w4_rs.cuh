@@ -230,6 +230,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     const unsigned my_codes = (consumer * 128 + t) * 16;
     const unsigned my_scales = 4096 + (consumer * 128 + t) * kScaleBytes;
     constexpr unsigned kTwoPow126x2 = 0x7E807E80u;  // BF16 2^126 in both halves
+    constexpr unsigned kTwoPow117x2 = 0x7A007A00u;  // BF16 2^117 in both halves
 
     float acc[kAccRegs];
     int stage = 0;
@@ -246,16 +247,38 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
                    : "=r"(codes[0]), "=r"(codes[1]), "=r"(codes[2]), "=r"(codes[3])
                    : "r"(w_stage + my_codes));
       // Scale (bf16x2, both halves) of rows r0 / r1 (j % 2) per scale block of this K block (j / 2).
+      // One multiply per code pair where the factor 2^126 x scale fits BF16: MXFP4 when no E8M0
+      // scale of the warp's stage exceeds 2^1 (byte 128; weights' block scales sit far below), by
+      // 2^(s - 1) = 2^126 * 2^(s - 127), a normal BF16 for s <= 128 (s = 0: 2^-1); otherwise two, by
+      // 2^126 and then the scale (a warp-uniform branch over whole registers). NVFP4 always one,
+      // by its E4M3 scale x 2^117 (at most 448 x 2^117 < 2^126): the weights reach wgmma as
+      // value x 2^-9 (exact: 2 x 4 significant bits, >= 2^-19) and the accumulator gets the 2^9
+      // back with the expert's fp32 scale.
       constexpr int kScales = kScaleBytes;
-      unsigned row_scale[kScales];
+      unsigned first_factor[kScales], row_scale[kScales];
+      bool one_multiply = false;
       if constexpr (kFormat == kNVFP4) {
         asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(scales[0]), "=r"(scales[1]) : "r"(w_stage + my_scales));
 #pragma unroll
-        for (int j = 0; j < kScales; ++j) row_scale[j] = e4m3_to_bf16x2((scales[j / 4] >> (8 * (j % 4))) & 0xFF);
+        for (int j = 0; j < kScales; ++j)
+          first_factor[j] = bf16x2_mul(e4m3_to_bf16x2((scales[j / 4] >> (8 * (j % 4))) & 0xFF), kTwoPow117x2);
+        one_multiply = true;
       } else {
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(scales[0]) : "r"(w_stage + my_scales));
+        // A byte above 128: its top bit and any of its low seven (their sum with 0x7F carries into bit 7).
+        const unsigned x = scales[0];
+        const bool above_128 = (x & ((x & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) & 0x80808080u) != 0;
+        one_multiply = !__any_sync(0xffffffffu, above_128);
+        if (one_multiply) {
 #pragma unroll
-        for (int j = 0; j < kScales; ++j) row_scale[j] = e8m0_to_bf16x2((scales[0] >> (8 * j)) & 0xFF);
+          for (int j = 0; j < kScales; ++j) first_factor[j] = (((x >> (8 * j)) & 0xFF) + 126u) * 0x00800080u;
+        } else {
+#pragma unroll
+          for (int j = 0; j < kScales; ++j) {
+            row_scale[j] = e8m0_to_bf16x2((x >> (8 * j)) & 0xFF);
+            first_factor[j] = kTwoPow126x2;
+          }
+        }
       }
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -265,8 +288,15 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         // MXFP4: 32-blocks, k steps 0-1 in the first, 2-3 in the second; NVFP4: one 16-block per step.
         const int block = kFormat == kNVFP4 ? kk : kk / 2;
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          frag[kk][i] = bf16x2_mul(bf16x2_mul(bits[i], kTwoPow126x2), row_scale[(i & 1) + 2 * block]);
+        for (int i = 0; i < 4; ++i) frag[kk][i] = bf16x2_mul(bits[i], first_factor[(i & 1) + 2 * block]);
+      }
+      if (!one_multiply) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const int block = kFormat == kNVFP4 ? kk : kk / 2;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) frag[kk][i] = bf16x2_mul(frag[kk][i], row_scale[(i & 1) + 2 * block]);
+        }
       }
     };
     // Issues the current stage's four wgmmas and moves to the next stage.
@@ -316,7 +346,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
       }
       if constexpr (kFormat == kNVFP4) {
-        const float tensor_scale = __ldg(p.scale_b_tensor + tile.group);
+        const float tensor_scale = __ldg(p.scale_b_tensor + tile.group) * 512.f;  // and the 2^9 of the widening
 #pragma unroll
         for (int i = 0; i < kAccRegs; ++i) acc[i] *= tensor_scale;
       }
