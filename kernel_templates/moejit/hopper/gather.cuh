@@ -41,17 +41,33 @@ struct GatherRowsSm90 {
 
   // Columns [k0, k0 + 64) of this thread's rows into the 1024-byte aligned stage at `stage`;
   // chunks past k are zero-filled (a chunk is wholly in or out of K).
+  // Lean on purpose (the producer warps share each scheduler with two consumer warps; at ~14
+  // instructions per copy they cost the fused 4-bit GEMM1 +10..+20%, docs/perf.md v7): the source
+  // offset is selected in 32 bits and widened by one multiply-add; the destination is one of two
+  // per-thread bases (the swizzle's row % 8 alternates with the step) plus a constant.
   __device__ __forceinline__ void copy_k_block(unsigned stage, const void* a, int k, int k0) const {
     const int chunk = gather_chunk(thread);
     const int col = k0 + 8 * chunk;
     const bool k_valid = col < k;
     const unsigned col_chunk = (unsigned)col / 8;
+    const unsigned dst_even = stage + sw128_offset(gather_tile_row(thread, 0, kRows), chunk);
+    const unsigned dst_odd = stage + sw128_offset(gather_tile_row(thread, 1, kRows), chunk) - 512u;
+    const unsigned long long base = reinterpret_cast<unsigned long long>(a);
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       if (row_chunk[s] == kNoRow) continue;
       const bool valid = k_valid && row_chunk[s] != kZeroRow;
-      const char* src = static_cast<const char*>(a) + (valid ? 16ull * (row_chunk[s] + col_chunk) : 0ull);
-      cp_async_16_zfill_sm90(stage + sw128_offset(gather_tile_row(thread, s, kRows), chunk), src, valid);
+      const unsigned dst = (s % 2 ? dst_odd : dst_even) + 512u * s;  // row 4 s + ...: 512 bytes per step
+      // Invalid: chunk 0 of A with 0 source bytes (zero-fill), selected in 32 bits before the widening.
+      asm volatile(
+          "{\n.reg .pred p;\n.reg .u32 off, bytes;\n.reg .u64 src;\n"
+          "setp.ne.b32 p, %3, 0;\n"
+          "selp.u32 off, %2, 0, p;\n"
+          "selp.u32 bytes, 16, 0, p;\n"
+          "mad.wide.u32 src, off, 16, %1;\n"
+          "cp.async.cg.shared.global [%0], [src], 16, bytes;\n}\n" ::"r"(dst),
+          "l"(base), "r"(row_chunk[s] + col_chunk), "r"((int)valid)
+          : "memory");
     }
   }
 };
