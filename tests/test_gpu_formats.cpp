@@ -401,11 +401,13 @@ TEST_CASE("w4: every variant, mixed groups (empty, 1, tile +-1), ragged N and pa
 // The Hopper MXFP4 widening multiplies once by 2^(s - 1) while every E8M0 scale of a warp's stage
 // is <= 2^1 (byte 128) and twice (2^126, then the scale) otherwise: weights of 0.05 give scales
 // near 2^-6, the odd experts' x 400 give scales near 2^3, so both paths run in one launch.
+// BF16 output only: with the rows' 2^±3 spread these products reach ~10^5, past f16's 65504
+// (H100, 2026-11-23: the f16 specs stored inf there while every bf16 spec passed).
 TEST_CASE("w4: block scales above 2^1 next to small ones (the widening's two multiply paths)", "[gpu][w4]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   std::mt19937 rng(4105);
   for (const KernelSpec& spec : w4_candidates(runtime().arch())) {
-    if (spec.layout != GroupLayout::contiguous) continue;
+    if (spec.layout != GroupLayout::contiguous || spec.c != DType::bf16) continue;
     auto p = w4_problem(spec.layout, spec.b, spec.c, {5, 130, 0, 64, 200, 1}, 256, 640, rng, 400.f);
     run_spec(spec, p, "large scales");
   }
