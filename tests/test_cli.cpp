@@ -78,14 +78,14 @@ TEST_CASE("cli: inspect --formats names the operand formats and scale layouts", 
 TEST_CASE("cli: a preset's 4-bit weights are prewarmed (weights=mxfp4)", "[cli][prewarm][formats]") {
   TempDir dir;
   std::string cache = (dir.path() / "cache").string();
-  // No 16-bit dtypes: only the MXFP4 kernel (16 tokens -> the 64-token tile for both GEMMs).
+  // No 16-bit dtypes: only the MXFP4 kernel (16 tokens, 4 rows per expert -> the 16-token tile for both GEMMs).
   write_bytes(dir.path() / "tiny.preset",
               "experts=8\ntopk=2\nhidden=256\nintermediate=128\ntokens=16\ndtypes=\nweights=mxfp4\n");
   auto r = cli(fmt::format("prewarm --model '{}' --arch sm_90a", (dir.path() / "tiny.preset").string()), cache);
   INFO(r.out);
   CHECK(r.code == 0);
   CHECK(r.out.find("1 kernels: 1 built, 0 hit, 0 failed") != std::string::npos);
-  CHECK(cli("cache ls", cache).out.find("a=bf16,b=mxfp4,c=bf16,acc=f32,tile=64x128x64") != std::string::npos);
+  CHECK(cli("cache ls", cache).out.find("a=bf16,b=mxfp4,c=bf16,acc=f32,tile=16x128x64") != std::string::npos);
   write_bytes(dir.path() / "bad.preset", "experts=8\ntopk=2\nhidden=256\nintermediate=128\ntokens=16\nweights=e4m3\n");
   auto bad = cli(fmt::format("prewarm --model '{}'", (dir.path() / "bad.preset").string()), cache);
   CHECK(bad.code == 2);

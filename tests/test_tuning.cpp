@@ -251,7 +251,7 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, static sche
     GemmProblem w4{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 512, group_rows, b};
     auto w4_specs = tuning_candidates(w4, kHopper, 132);
     CHECK(w4_specs.size() == 4);
-    CHECK(w4_specs[0].tile.m == 64);  // 4 rows per expert: the 64-token tile
+    CHECK(w4_specs[0].tile.m == 16);  // 4 rows per expert: the 16-token tile
     for (auto& s : w4_specs) CHECK((s.b == b && s.is_weight_only_4bit() && s.layout == GroupLayout::masked));
     std::vector<int> prefill(128, 512);
     GemmProblem big{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 65536, prefill, b};

@@ -35,7 +35,13 @@ constexpr int kFp8WideTileMinK = 4096;
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
 // beat 64 at 16384 tokens (409-462 vs 295-320 TFLOP/s). The switch sits at 128 rows per expert
-// (between the measured points); 16/32-token tiles are not chosen until they are timed.
+// (between the measured points). 16 tokens per tile at ≤ 8 rows per expert (H100, docs/perf.md
+// v8, MXFP4 and NVFP4, 16 and 128 tokens): 10–30% faster than 64 on every such case (gpt-oss up 16
+// tokens 0.253 vs 0.325 ms, DeepSeek-V3 up 128 1.99 vs 2.45), within 3% of 32 tokens per tile;
+// at 32 rows per expert (Mixtral, 128 tokens) 64 stays best (0.300 ms vs 0.377 with 32, 0.627 with
+// 16): a group over the tile's rows reads its weights twice.
+constexpr TileChoice kW4Tiny = {{16, 128, 64}, 8, 1, 1};
+constexpr int kW4TinyTileMaxRows = 8;
 constexpr TileChoice kW4Small = {{64, 128, 64}, 8, 1, 1};
 constexpr TileChoice kW4Large = {{128, 128, 64}, 8, 1, 1};
 constexpr int kW4LargeTileMinRows = 128;
@@ -78,7 +84,9 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Elsewhere (and for f32 C, which the Hopper 4-bit kernel does not write, or a split GLU, which
     // it does not fuse) the portable family widens the 4-bit weights, with the bf16 tile rules below.
     spec.family = KernelFamily::hopper;
-    spec = with_tile(spec, mean_rows < kW4LargeTileMinRows ? kW4Small : kW4Large);
+    spec = with_tile(spec, mean_rows <= kW4TinyTileMaxRows    ? kW4Tiny
+                           : mean_rows < kW4LargeTileMinRows ? kW4Small
+                                                             : kW4Large);
     spec.scheduler = Scheduler::static_persistent;
     spec.validate();
     return spec;
@@ -165,7 +173,7 @@ std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family) {
   std::vector<KernelSpec> out;
   if (family == KernelFamily::hopper) {
     if (!hopper_capable(arch)) return {};
-    for (const TileChoice& t : {kW4Small, kW4Large})
+    for (const TileChoice& t : {kW4Tiny, kW4Small, kW4Large})
       for (DType b : {DType::mxfp4, DType::nvfp4})
         for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
           for (DType c : {DType::bf16, DType::f16}) {
