@@ -141,6 +141,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     const int tile_row0 = kSplitN ? 0 : consumer * 64;
     const int tile_col0 = kSplitN ? consumer * kWgN : 0;
 
+    const unsigned long long a_desc0 = wgmma_desc_sw128(a_stages + a_offset);
+    const unsigned long long b_desc0 = wgmma_desc_sw128(b_stages + b_offset);
     float acc[kAccRegs];
     float part[kAccRegs];
     int stage = 0;
@@ -148,10 +150,12 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
       const int m_warp = tile.m_block * kBlockM + tile_row0 + warp_in_group * 16;  // group-local
       const int n0 = tile.n_block * kBlockN + tile_col0;
-      // This thread's two accumulator rows (h = 0, 1): A-scale pointers, or null past the group.
+      // This thread's two accumulator rows (h = 0, 1): their A-scale pointers, advanced one K block
+      // (total_rows floats) at a time. Rows past the group read the group's last row's scale: any
+      // finite scale will do, as nothing of those rows is stored (no predicate per load).
       const int m_lane = m_warp + lane / 4;
-      const float* sa_row0 = m_lane < tile.group_rows ? p.scale_a + tile.row_begin + m_lane : nullptr;
-      const float* sa_row1 = m_lane + 8 < tile.group_rows ? p.scale_a + tile.row_begin + m_lane + 8 : nullptr;
+      const float* sa_row0 = p.scale_a + tile.row_begin + min(m_lane, tile.group_rows - 1);
+      const float* sa_row1 = p.scale_a + tile.row_begin + min(m_lane + 8, tile.group_rows - 1);
       // A slice wholly past N (consumer 1 of a 256-wide tile when N is ragged) stores nothing, but
       // its scale read must stay inside B's scales: the group's last block (compute-sanitizer
       // memcheck, H100, 2026-11-23: n0 / 128 read one block past the last group's end).
@@ -163,13 +167,14 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // 128x192: columns [split, 192) of the slice take the next scale block's scale (or, past N,
       // where nothing is stored, this block's again: the read stays inside B's scales).
       constexpr bool kTwoScaleBlocks = kWgN > 128;
+      static_assert(!kTwoScaleBlocks || (kWgN == 192 && !kSplitN), "two scale blocks: the 128x192 tile, n0 a multiple of 64");
       const int split = kTwoScaleBlocks ? 128 - n0 % 128 : kWgN;
       const float* sb_block_hi = kTwoScaleBlocks && n0 + split < p.n ? sb_block + num_k_blocks : sb_block;
       const long long a_stride = p.total_rows;
       float sa0 = 0.f, sa1 = 0.f, sb = kChannelScalesB ? 1.f : 0.f, sb_hi = sb;
       if (num_k_blocks > 0) {
-        sa0 = sa_row0 ? __ldg(sa_row0) : 0.f;
-        sa1 = sa_row1 ? __ldg(sa_row1) : 0.f;
+        sa0 = __ldg(sa_row0);
+        sa1 = __ldg(sa_row1);
         if constexpr (!kChannelScalesB) {
           sb = __ldg(sb_block);
           if constexpr (kTwoScaleBlocks) sb_hi = __ldg(sb_block_hi);
@@ -184,19 +189,22 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
 
       for (int kb = 0; kb < num_k_blocks; ++kb) {
         mbarrier_wait(full_bars + 8 * stage, phase);
-        const unsigned a_tile = a_stages + stage * kABytes + a_offset;
-        const unsigned b_tile = b_stages + stage * kBBytes + b_offset;
+        // Descriptors by adding to the first stage's: the start-address field is the byte address
+        // / 16 and shared memory ends below 256 KB, so the sum never carries out of the field
+        // (SASS: the k-loop rebuilt both descriptors from the address for each k32 step).
+        const unsigned long long a_desc = a_desc0 + stage * (kABytes >> 4);
+        const unsigned long long b_desc = b_desc0 + stage * (kBBytes >> 4);
         wgmma_fence_operands(part);
         wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < kFp8BlockK / 32; ++k)
-          Mma::mma(part, wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32), k != 0);
+        for (int k = 0; k < kFp8BlockK / 32; ++k) Mma::mma(part, a_desc + 2 * k, b_desc + 2 * k, k != 0);
         wgmma_commit();
         // Next block's scales load while the MMAs run.
         float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = kChannelScalesB ? 1.f : 0.f, next_sb_hi = next_sb;
         if (kb + 1 < num_k_blocks) {
-          next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
-          next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
+          sa_row0 += a_stride, sa_row1 += a_stride;
+          next_sa0 = __ldg(sa_row0);
+          next_sa1 = __ldg(sa_row1);
           if constexpr (!kChannelScalesB) {
             next_sb = __ldg(sb_block + kb + 1);
             if constexpr (kTwoScaleBlocks) next_sb_hi = __ldg(sb_block_hi + kb + 1);
@@ -207,13 +215,21 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
         if (++stage == kStages) stage = 0, phase ^= 1;
         // Register 4j + 2h + e of the m64nN layout belongs to row lane/4 + 8h, column 8j + ...
-        // 128x192: registers from column `split` on take the next block's scale (hi); with one
-        // block per slice 8j < split = kWgN always, and the second scale folds away.
-        const float lo0 = sa0 * sb, lo1 = sa1 * sb, hi0 = sa0 * sb_hi, hi1 = sa1 * sb_hi;
+        // 128x192: registers from column `split` on take the next block's scale (hi). The slice
+        // starts at a multiple of 64 (n0 = n_block * 192), so split is 64 or 128: columns [0, 64)
+        // are always lo, [128, 192) always hi, and only [64, 128) depends on split: one select
+        // per k-block instead of one per register group (SASS: 17 FSEL + 28 FMUL fewer).
+        // With one block per slice every column is lo and the second scale folds away.
+        const float lo0 = sa0 * sb, lo1 = sa1 * sb;
+        float mid0 = lo0, mid1 = lo1, hi0 = lo0, hi1 = lo1;
+        if constexpr (kTwoScaleBlocks) {
+          hi0 = sa0 * sb_hi, hi1 = sa1 * sb_hi;
+          mid0 = split > 64 ? lo0 : hi0, mid1 = split > 64 ? lo1 : hi1;
+        }
 #pragma unroll
         for (int j = 0; j < kAccRegs / 4; ++j) {
-          const bool hi = 8 * j >= split;
-          const float scale0 = hi ? hi0 : lo0, scale1 = hi ? hi1 : lo1;
+          const float scale0 = 8 * j < 64 ? lo0 : 8 * j < 128 ? mid0 : hi0;
+          const float scale1 = 8 * j < 64 ? lo1 : 8 * j < 128 ? mid1 : hi1;
           acc[4 * j + 0] = fmaf(part[4 * j + 0], scale0, acc[4 * j + 0]);
           acc[4 * j + 1] = fmaf(part[4 * j + 1], scale0, acc[4 * j + 1]);
           acc[4 * j + 2] = fmaf(part[4 * j + 2], scale1, acc[4 * j + 2]);
