@@ -150,12 +150,13 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
       const int m_warp = tile.m_block * kBlockM + tile_row0 + warp_in_group * 16;  // group-local
       const int n0 = tile.n_block * kBlockN + tile_col0;
-      // This thread's two accumulator rows (h = 0, 1): their A-scale pointers, advanced one K block
-      // (total_rows floats) at a time. Rows past the group read the group's last row's scale: any
-      // finite scale will do, as nothing of those rows is stored (no predicate per load).
+      // This thread's two accumulator rows (h = 0, 1): A-scale pointers, or null past the group.
+      // (Tried: clamping past-the-group rows to the last row and advancing the pointers instead,
+      // 12 fewer SASS instructions per k-block; on the H100 it made DeepSeek-V3 up 16384 10% and
+      // Mixtral down 16384 5% slower, same process, 4 interleaved rounds: docs/perf.md v8.)
       const int m_lane = m_warp + lane / 4;
-      const float* sa_row0 = p.scale_a + tile.row_begin + min(m_lane, tile.group_rows - 1);
-      const float* sa_row1 = p.scale_a + tile.row_begin + min(m_lane + 8, tile.group_rows - 1);
+      const float* sa_row0 = m_lane < tile.group_rows ? p.scale_a + tile.row_begin + m_lane : nullptr;
+      const float* sa_row1 = m_lane + 8 < tile.group_rows ? p.scale_a + tile.row_begin + m_lane + 8 : nullptr;
       // A slice wholly past N (consumer 1 of a 256-wide tile when N is ragged) stores nothing, but
       // its scale read must stay inside B's scales: the group's last block (compute-sanitizer
       // memcheck, H100, 2026-11-23: n0 / 128 read one block past the last group's end).
@@ -173,8 +174,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       const long long a_stride = p.total_rows;
       float sa0 = 0.f, sa1 = 0.f, sb = kChannelScalesB ? 1.f : 0.f, sb_hi = sb;
       if (num_k_blocks > 0) {
-        sa0 = __ldg(sa_row0);
-        sa1 = __ldg(sa_row1);
+        sa0 = sa_row0 ? __ldg(sa_row0) : 0.f;
+        sa1 = sa_row1 ? __ldg(sa_row1) : 0.f;
         if constexpr (!kChannelScalesB) {
           sb = __ldg(sb_block);
           if constexpr (kTwoScaleBlocks) sb_hi = __ldg(sb_block_hi);
@@ -202,9 +203,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         // Next block's scales load while the MMAs run.
         float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = kChannelScalesB ? 1.f : 0.f, next_sb_hi = next_sb;
         if (kb + 1 < num_k_blocks) {
-          sa_row0 += a_stride, sa_row1 += a_stride;
-          next_sa0 = __ldg(sa_row0);
-          next_sa1 = __ldg(sa_row1);
+          next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
+          next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
           if constexpr (!kChannelScalesB) {
             next_sb = __ldg(sb_block + kb + 1);
             if constexpr (kTwoScaleBlocks) next_sb_hi = __ldg(sb_block_hi + kb + 1);
