@@ -300,12 +300,15 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       }
     };
     // Issues the current stage's four wgmmas and moves to the next stage.
+    // Descriptors by addition to the first stage's (the start-address field is bytes / 16 and
+    // shared memory ends below 256 KB: no carry out of the field), as in the FP8 kernel.
+    const unsigned long long x_desc0 = wgmma_desc_sw128(x_stages);
     auto issue = [&](const unsigned (&frag)[4][4], bool first) {
-      const unsigned x_tile = x_stages + stage * kXBytes;
+      const unsigned long long x_desc = x_desc0 + stage * (kXBytes >> 4);
       wgmma_fence_operands(acc);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) Mma::mma(acc, frag[kk], wgmma_desc_sw128(x_tile + kk * 32), !first || kk != 0);
+      for (int kk = 0; kk < 4; ++kk) Mma::mma(acc, frag[kk], x_desc + 2 * kk, !first || kk != 0);
       wgmma_commit();
       wgmma_fence_operands(acc);
       if (++stage == kStages) stage = 0, phase ^= 1;
