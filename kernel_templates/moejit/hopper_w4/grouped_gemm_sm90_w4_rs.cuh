@@ -114,6 +114,16 @@ __host__ __device__ constexpr int w4rs_smem_bytes() {
   return kStages * (kTokens * 128 + static_cast<int>(w4_block_bytes<kFormat>())) + 2048;
 }
 
+// CTAs per SM: the 16- and 32-token tiles (decode) run two, for twice the warps to hide the
+// widening's latency chain (Nsight Compute, gpt-oss up 16 tokens, one CTA: 2.25 warps and 0.82
+// eligible per scheduler, issue 55%, DRAM 50%). Their consumers hold few accumulators (8 or 16)
+// and fit the smaller register share below; the shared memory of 8 stages is ~54 KB.
+// KernelSpec::min_ctas_per_sm() says the same on the host (checked in the instantiating .cu).
+template <int kTokens>
+__host__ __device__ constexpr int w4rs_ctas_per_sm() {
+  return kTokens <= 32 ? 2 : 1;
+}
+
 // kTokens: tokens per tile (the MMA's N); 128 weight rows per tile (two consumers x 64).
 // Fuse / f (null without fusions; docs/design.md, "Fusions"): fuse=gather copies the tile's token
 // rows with cp.async by the producer warpgroup (as the bf16 Hopper kernel does for A); the epilogue
@@ -222,7 +232,10 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       }
     }
   } else {
-    warpgroup_claim_registers<232>();
+    // One CTA: 168 registers per thread at launch, the producer gives back to 40, so consumers
+    // can take 232. Two CTAs: 80 at launch (65536 / 768, rounded down to 8), so at most
+    // (384 x 80 - 128 x 40) / 256 = 100 -> 96; asking more than the CTA holds would hang.
+    warpgroup_claim_registers<w4rs_ctas_per_sm<kTokens>() == 2 ? 96 : 232>();
     const int consumer = warpgroup - 1;
     const int t = threadIdx.x % 128;
     const int lane = threadIdx.x % 32;
