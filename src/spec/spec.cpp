@@ -285,9 +285,9 @@ int KernelSpec::min_ctas_per_sm() const {
   if (family == KernelFamily::portable && threads_per_cta() == 256 && tile.k == 32 && c != DType::f32 && a != DType::e4m3 &&
       !(fusion.any() && arch.sm() >= 90))
     return 2;
-  // Hopper 4-bit decode tiles (16, 32 tokens): two CTAs per SM (hopper_w4/grouped_gemm_sm90_w4_rs.cuh,
+  // Hopper 4-bit tiles of 16, 32 and 64 tokens: two CTAs per SM (hopper_w4/grouped_gemm_sm90_w4_rs.cuh,
   // w4rs_ctas_per_sm, which the instantiating .cu checks against this).
-  if (family == KernelFamily::hopper && is_weight_only_4bit() && tile.m <= 32) return 2;
+  if (family == KernelFamily::hopper && is_weight_only_4bit() && tile.m <= 64) return 2;
   return 1;
 }
 
