@@ -34,8 +34,10 @@ constexpr int kFp8WideTileMinRows = 512;
 constexpr int kFp8WideTileMinK = 4096;
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
-// beat 64 at 16384 tokens (409-462 vs 295-320 TFLOP/s). The switch sits at 128 rows per expert
-// (between the measured points). 16 tokens per tile at ≤ 8 rows per expert (H100, docs/perf.md
+// beat 64 at 16384 tokens (409-462 vs 295-320 TFLOP/s). Since the 64-token tile runs two CTAs per
+// SM (docs/perf.md v8, H100, MXFP4 and NVFP4): at 32 rows per expert 64 beats 128 by 25-35%
+// (gpt-oss, DeepSeek-V3, Mixtral), at 64 rows (Qwen3, 1024 tokens) 128 beats 64 by 17-21%; the
+// switch sits between, at 48. 16 tokens per tile at ≤ 8 rows per expert (H100, docs/perf.md
 // v8, MXFP4 and NVFP4, 16 and 128 tokens): 10–30% faster than 64 on every such case (gpt-oss up 16
 // tokens 0.253 vs 0.325 ms, DeepSeek-V3 up 128 1.99 vs 2.45), within 3% of 32 tokens per tile;
 // at 32 rows per expert (Mixtral, 128 tokens) 64 stays best (0.300 ms vs 0.377 with 32, 0.627 with
@@ -44,7 +46,7 @@ constexpr TileChoice kW4Tiny = {{16, 128, 64}, 8, 1, 1};
 constexpr int kW4TinyTileMaxRows = 8;
 constexpr TileChoice kW4Small = {{64, 128, 64}, 8, 1, 1};
 constexpr TileChoice kW4Large = {{128, 128, 64}, 8, 1, 1};
-constexpr int kW4LargeTileMinRows = 128;
+constexpr int kW4LargeTileMinRows = 48;
 // Portable: 8 warps over 128x128 (two CTAs per SM); 64-row tiles when groups are small.
 constexpr TileChoice kPortableLarge = {{128, 128, 32}, 4, 2, 4};
 constexpr TileChoice kPortableSmall = {{64, 128, 32}, 4, 2, 4};
