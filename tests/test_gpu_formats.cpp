@@ -421,7 +421,7 @@ TEST_CASE("w4: every portable variant (4-bit B widened before mma.sync), mixed g
   }
 }
 
-TEST_CASE("w4: 16- and 32-token tiles (compiled, never timed; not chosen by the heuristic yet)", "[gpu][w4]") {
+TEST_CASE("w4: 16- and 32-token tiles (two CTAs per SM)", "[gpu][w4]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   std::mt19937 rng(4102);
   for (int tokens : {16, 32})

@@ -18,6 +18,16 @@ __device__ __forceinline__ unsigned long long wgmma_desc_sw128(unsigned smem_byt
   return kSwizzle128B | kSbo | kLbo | static_cast<unsigned long long>((smem_byte_addr & 0x3FFFF) >> 4);
 }
 
+// The descriptor of the tile `count` strides of kStrideBytes further on (a later stage, a later k
+// step): the start-address field is the byte address / 16 and shared memory ends below 256 KB, so
+// the sum never carries out of the field. Cheaper than rebuilding the descriptor from the address
+// in every k step.
+template <unsigned kStrideBytes>
+__device__ __forceinline__ unsigned long long wgmma_desc_advance(unsigned long long desc, unsigned count) {
+  static_assert(kStrideBytes % 16 == 0, "descriptor addresses count 16-byte units");
+  return desc + count * (kStrideBytes >> 4);
+}
+
 // Orders this warpgroup's earlier register/shared-memory accesses before the next wgmma.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 

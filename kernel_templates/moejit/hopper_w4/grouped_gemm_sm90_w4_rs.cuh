@@ -314,15 +314,14 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       }
     };
     // Issues the current stage's four wgmmas and moves to the next stage.
-    // Descriptors by addition to the first stage's (the start-address field is bytes / 16 and
-    // shared memory ends below 256 KB: no carry out of the field), as in the FP8 kernel.
+    // Descriptors advanced from the first stage's, as in the FP8 kernel.
     const unsigned long long x_desc0 = wgmma_desc_sw128(x_stages);
     auto issue = [&](const unsigned (&frag)[4][4], bool first) {
-      const unsigned long long x_desc = x_desc0 + stage * (kXBytes >> 4);
+      const unsigned long long x_desc = wgmma_desc_advance<kXBytes>(x_desc0, stage);
       wgmma_fence_operands(acc);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) Mma::mma(acc, frag[kk], x_desc + 2 * kk, !first || kk != 0);
+      for (int kk = 0; kk < 4; ++kk) Mma::mma(acc, frag[kk], wgmma_desc_advance<32>(x_desc, kk), !first || kk != 0);
       wgmma_commit();
       wgmma_fence_operands(acc);
       if (++stage == kStages) stage = 0, phase ^= 1;
