@@ -250,12 +250,18 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, static sche
   for (DType b : {DType::mxfp4, DType::nvfp4}) {
     GemmProblem w4{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 512, group_rows, b};
     auto w4_specs = tuning_candidates(w4, kHopper, 132);
-    CHECK(w4_specs.size() == 4);
+    CHECK(w4_specs.size() == 5);  // 16, 32, 64, 128 and 256 tokens
     CHECK(w4_specs[0].tile.m == 16);  // 4 rows per expert: the 16-token tile
     for (auto& s : w4_specs) CHECK((s.b == b && s.is_weight_only_4bit() && s.layout == GroupLayout::masked));
     std::vector<int> prefill(128, 512);
     GemmProblem big{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 65536, prefill, b};
-    CHECK(choose_spec(big, kHopper, 132).tile.m == 128);
+    CHECK(choose_spec(big, kHopper, 132).tile.m == 256);  // 512 rows per expert: the prefill tile
+    std::vector<int> mid(128, 200);
+    GemmProblem mid_rows{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 25600, mid, b};
+    CHECK(choose_spec(mid_rows, kHopper, 132).tile.m == 128);
+    GemmProblem gathered = big;
+    gathered.fusion.gather_a = true;  // the gather producer keeps the 128-token tile
+    CHECK(choose_spec(gathered, kHopper, 132).tile.m == 128);
     GemmProblem f32 = big;
     f32.c_type = DType::f32;  // the Hopper 4-bit kernel writes 16-bit C: portable on sm_90a too
     CHECK(choose_spec(f32, kHopper, 132).family == KernelFamily::portable);

@@ -116,6 +116,20 @@ std::vector<std::string> NvrtcCompiler::options_for(const Arch& arch) const {
       "-I" + inc + "/cccl",
   };
   if (options_.line_info) opts.push_back("-lineinfo");
+  // Extra NVRTC options for experiments (e.g. "-Ofast-compile=min"), space-separated. They are
+  // options, so they enter the cache key like the ones above: a cubin built with them is never
+  // served to a process without them.
+  if (const char* extra = std::getenv("MOEJIT_NVRTC_OPTIONS")) {
+    std::string_view rest = extra;
+    while (!rest.empty()) {
+      const size_t begin = rest.find_first_not_of(' ');
+      if (begin == std::string_view::npos) break;
+      rest.remove_prefix(begin);
+      const size_t end = std::min(rest.find(' '), rest.size());
+      opts.emplace_back(rest.substr(0, end));
+      rest.remove_prefix(end);
+    }
+  }
   return opts;
 }
 

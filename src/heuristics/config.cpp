@@ -47,6 +47,15 @@ constexpr int kW4TinyTileMaxRows = 8;
 constexpr TileChoice kW4Small = {{64, 128, 64}, 8, 1, 1};
 constexpr TileChoice kW4Large = {{128, 128, 64}, 8, 1, 1};
 constexpr int kW4LargeTileMinRows = 48;
+// 256 tokens per tile (5 stages: 6 fit MXFP4 but not NVFP4) from 256 rows per expert: each widened
+// weight serves twice the tokens, so the widening's share of the issue slots halves (prefill).
+// H100, same process, 16384 tokens: MXFP4 +0…+31% over 128 (Mixtral down 7.55 → 5.74 ms), NVFP4
+// +8…+21%; at 4096 tokens 128 still wins where groups hold 128 rows (gpt-oss, DeepSeek-V3), 256
+// where they hold 1024 (Mixtral); at 256 rows (Qwen3) within ±2% but for NVFP4 up (256: +12%).
+// Not with fuse=gather: its producer's cp.async gather of 256-row stages made the MXFP4 GEMM1 of
+// gpt-oss at 16384 tokens 5.68 ms (+52% over plain) where the 128-token tile takes ~4.9.
+constexpr TileChoice kW4Prefill = {{256, 128, 64}, 5, 1, 1};
+constexpr int kW4PrefillTileMinRows = 256;
 // Portable: 8 warps over 128x128 (two CTAs per SM); 64-row tiles when groups are small.
 constexpr TileChoice kPortableLarge = {{128, 128, 32}, 4, 2, 4};
 constexpr TileChoice kPortableSmall = {{64, 128, 32}, 4, 2, 4};
@@ -86,9 +95,10 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Elsewhere (and for f32 C, which the Hopper 4-bit kernel does not write, or a split GLU, which
     // it does not fuse) the portable family widens the 4-bit weights, with the bf16 tile rules below.
     spec.family = KernelFamily::hopper;
-    spec = with_tile(spec, mean_rows <= kW4TinyTileMaxRows    ? kW4Tiny
-                           : mean_rows < kW4LargeTileMinRows ? kW4Small
-                                                             : kW4Large);
+    spec = with_tile(spec, mean_rows <= kW4TinyTileMaxRows       ? kW4Tiny
+                           : mean_rows < kW4LargeTileMinRows    ? kW4Small
+                           : mean_rows < kW4PrefillTileMinRows || spec.fusion.gather_a ? kW4Large
+                                                                : kW4Prefill);
     spec.scheduler = Scheduler::static_persistent;
     spec.validate();
     return spec;
@@ -175,7 +185,7 @@ std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family) {
   std::vector<KernelSpec> out;
   if (family == KernelFamily::hopper) {
     if (!hopper_capable(arch)) return {};
-    for (const TileChoice& t : {kW4Tiny, kW4Small, kW4Large})
+    for (const TileChoice& t : {kW4Tiny, kW4Small, kW4Large, kW4Prefill})
       for (DType b : {DType::mxfp4, DType::nvfp4})
         for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
           for (DType c : {DType::bf16, DType::f16}) {

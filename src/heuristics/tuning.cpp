@@ -30,9 +30,9 @@ constexpr TileConfig kHopperTiles[] = {
 constexpr double kPairMMinRowsPerGroup = 256;
 // FP8 block-scaled: the three tiles its kernel implements (K = one 128-wide scale block).
 constexpr TileConfig kFp8Tiles[] = {{{64, 256, 128}, 5, 1, 1}, {{128, 128, 128}, 6, 1, 1}, {{128, 192, 128}, 5, 1, 1}};
-// 4-bit weight-only: tokens per tile (16/32 compile but were not yet timed on a GPU).
+// 4-bit weight-only: tokens per tile.
 constexpr TileConfig kW4Tiles[] = {{{16, 128, 64}, 8, 1, 1}, {{32, 128, 64}, 8, 1, 1}, {{64, 128, 64}, 8, 1, 1},
-                                   {{128, 128, 64}, 8, 1, 1}};
+                                   {{128, 128, 64}, 8, 1, 1}, {{256, 128, 64}, 5, 1, 1}};
 constexpr TileConfig kPortableTiles[] = {
     {{64, 128, 32}, 4, 2, 4}, {{128, 128, 32}, 4, 2, 4}, {{128, 64, 32}, 4, 4, 2}, {{64, 64, 32}, 4, 2, 2},
 };

@@ -369,8 +369,8 @@ void KernelSpec::validate() const {
     // 4-bit weight-only kernel (kernel_templates/moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh):
     // tile M = tokens per tile (the wgmma's N), 128 weight rows, 64 K per stage.
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
-    if (!(tile.m == 16 || tile.m == 32 || tile.m == 64 || tile.m == 128) || tile.n != 128 || tile.k != 64)
-      fail("tile {}x{}x{} (4-bit weights allow: 16|32|64|128 tokens x 128 weight rows x 64 K)", tile.m, tile.n, tile.k);
+    if (!(tile.m == 16 || tile.m == 32 || tile.m == 64 || tile.m == 128 || tile.m == 256) || tile.n != 128 || tile.k != 64)
+      fail("tile {}x{}x{} (4-bit weights allow: 16|32|64|128|256 tokens x 128 weight rows x 64 K)", tile.m, tile.n, tile.k);
     if (c == DType::f32) fail("c=f32 (the 4-bit kernel writes 16-bit C so far: bf16|f16)");
     if (scheduler != Scheduler::static_persistent) fail("sched=dynamic (the 4-bit kernel has the static scheduler only so far)");
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (4-bit: 1x1)", cluster_m, cluster_n);
