@@ -433,14 +433,16 @@ TEST_CASE("w4: 16- and 32-token tiles (two CTAs per SM)", "[gpu][w4]") {
     }
 }
 
-// 256 tokens per tile (the wgmma's N = 256, 128 accumulators per consumer thread): prefill, where
-// twice the tokens per widened weight halve the widening's share of the work.
-TEST_CASE("w4: 256-token tiles, mixed groups, ragged N, partial K, several tiles per CTA", "[gpu][w4]") {
+// The prefill tiles: 256 tokens per tile (the wgmma's N = 256, 128 accumulators per consumer
+// thread), and 256 weight rows per tile (two pre-arranged blocks per stage, two accumulator sets
+// per consumer; N = 200 and 640: a ragged last tile whose second block is loaded twice).
+TEST_CASE("w4: 256-token and 256-row tiles, mixed groups, ragged N, partial K, several tiles per CTA", "[gpu][w4]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   std::mt19937 rng(4106);
+  for (const char* tile : {"tile=256x128x64,stages=5", "tile=128x256x64,stages=5", "tile=64x256x64,stages=8"})
   for (DType b : {DType::mxfp4, DType::nvfp4})
     for (const char* variant : {"layout=contiguous,c=bf16", "layout=masked,c=f16"}) {
-      KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},tile=256x128x64,stages=5,{}", to_text(b), variant));
+      KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},{},{}", to_text(b), tile, variant));
       spec.arch = runtime().arch();
       auto p = w4_problem(spec.layout, b, spec.c, {0, 1, 257, 255, 0, 600, 129, 3}, 200, 416, rng);
       run_spec(spec, p, "256-token mixed");

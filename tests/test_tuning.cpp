@@ -250,7 +250,7 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, static sche
   for (DType b : {DType::mxfp4, DType::nvfp4}) {
     GemmProblem w4{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 512, group_rows, b};
     auto w4_specs = tuning_candidates(w4, kHopper, 132);
-    CHECK(w4_specs.size() == 5);  // 16, 32, 64, 128 and 256 tokens
+    CHECK(w4_specs.size() == 7);  // 16, 32, 64, 128 and 256 tokens x 128 rows; 128 and 64 tokens x 256 rows
     CHECK(w4_specs[0].tile.m == 16);  // 4 rows per expert: the 16-token tile
     for (auto& s : w4_specs) CHECK((s.b == b && s.is_weight_only_4bit() && s.layout == GroupLayout::masked));
     std::vector<int> prefill(128, 512);
@@ -260,8 +260,8 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, static sche
     GemmProblem mid_rows{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 25600, mid, b};
     CHECK(choose_spec(mid_rows, kHopper, 132).tile.m == 128);
     GemmProblem gathered = big;
-    gathered.fusion.gather_a = true;  // the gather producer keeps the 128-token tile
-    CHECK(choose_spec(gathered, kHopper, 132).tile.m == 128);
+    gathered.fusion.gather_a = true;  // the gathering producer keeps 128 tokens x 128 weight rows
+    CHECK((choose_spec(gathered, kHopper, 132).tile.m == 128 && choose_spec(gathered, kHopper, 132).tile.n == 128));
     GemmProblem f32 = big;
     f32.c_type = DType::f32;  // the Hopper 4-bit kernel writes 16-bit C: portable on sm_90a too
     CHECK(choose_spec(f32, kHopper, 132).family == KernelFamily::portable);

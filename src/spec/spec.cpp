@@ -261,7 +261,8 @@ int KernelSpec::dynamic_smem_bytes() const {
   if (family == KernelFamily::hopper && is_weight_only_4bit()) {
     // hopper_w4/ w4rs_smem_bytes<>(): per stage 64 K of BF16 per token + one pre-arranged weight
     // block (4096 bytes of codes + 1024 (MXFP4) or 2048 (NVFP4) of scales).
-    return stages * (tile.m * 128 + (b == DType::nvfp4 ? 6144 : 5120)) + 2048;
+    // 256 weight rows per tile: two blocks per stage.
+    return stages * (tile.m * 128 + (tile.n / 128) * (b == DType::nvfp4 ? 6144 : 5120)) + 2048;
   }
   if (family == KernelFamily::hopper) {
     int base = stages * (tile.m + tile.n) * 64 * 2 + 2048;
@@ -287,7 +288,7 @@ int KernelSpec::min_ctas_per_sm() const {
     return 2;
   // Hopper 4-bit tiles of 16, 32 and 64 tokens: two CTAs per SM (hopper_w4/grouped_gemm_sm90_w4_rs.cuh,
   // w4rs_ctas_per_sm, which the instantiating .cu checks against this).
-  if (family == KernelFamily::hopper && is_weight_only_4bit() && tile.m <= 64) return 2;
+  if (family == KernelFamily::hopper && is_weight_only_4bit() && tile.m <= 64 && tile.n == 128) return 2;
   return 1;
 }
 
@@ -369,8 +370,10 @@ void KernelSpec::validate() const {
     // 4-bit weight-only kernel (kernel_templates/moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh):
     // tile M = tokens per tile (the wgmma's N), 128 weight rows, 64 K per stage.
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
-    if (!(tile.m == 16 || tile.m == 32 || tile.m == 64 || tile.m == 128 || tile.m == 256) || tile.n != 128 || tile.k != 64)
-      fail("tile {}x{}x{} (4-bit weights allow: 16|32|64|128|256 tokens x 128 weight rows x 64 K)", tile.m, tile.n, tile.k);
+    const bool tokens_ok = tile.m == 16 || tile.m == 32 || tile.m == 64 || tile.m == 128 || tile.m == 256;
+    if (!tokens_ok || !(tile.n == 128 || (tile.n == 256 && tile.m >= 64 && tile.m <= 128)) || tile.k != 64)
+      fail("tile {}x{}x{} (4-bit weights allow: 16|32|64|128|256 tokens x 128 weight rows, or 64|128 tokens x 256 "
+           "weight rows, x 64 K)", tile.m, tile.n, tile.k);
     if (c == DType::f32) fail("c=f32 (the 4-bit kernel writes 16-bit C so far: bf16|f16)");
     if (scheduler != Scheduler::static_persistent) fail("sched=dynamic (the 4-bit kernel has the static scheduler only so far)");
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (4-bit: 1x1)", cluster_m, cluster_n);

@@ -109,9 +109,57 @@ __device__ __forceinline__ void w4_fused_store(const GroupedGemmParams& p, const
   }
 }
 
-template <int kTokens, int kStages, int kFormat = kMXFP4>
+// Stores one 64-row slice of the roles-swapped accumulator (register 4j + 2h + e: weight row
+// n_base + 8h, token token_base + 8j + e of the group) to C [rows][N]; rows past N or the group are
+// not written.
+template <int kTypeC, int kAccRegs>
+__device__ __forceinline__ void w4_store(const GroupedGemmParams& p, const float (&acc)[kAccRegs], const TileCoord& tile,
+                                         int n_base, int token_base) {
+  using T = typename StorageOf<kTypeC>::type;
+  T* const c = static_cast<T*>(p.c);
+#pragma unroll
+  for (int j = 0; j < kAccRegs / 4; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const unsigned pair = pack_pair<kTypeC>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      const int n = n_base + 8 * h;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int token = token_base + 8 * j + e;
+        if (n < p.n && token < tile.group_rows)
+          c[static_cast<long long>(tile.row_begin + token) * p.n + n] = static_cast<T>(pair >> (16 * e));
+      }
+    }
+  }
+}
+
+// The pre-arranged weight blocks ([g][ceil(N/128)][ceil(K/64)], kBlockBytes each) of one tile's
+// kBlocks x 128 weight rows, for the producer: block s of the stage is the tile's 128-row block s,
+// or, past the last block (a ragged 256-row tile), the last block again (its rows are not stored).
+template <int kBlocks>
+struct WeightBlocks {
+  const unsigned char* first[kBlocks];  // block s at K block 0
+  __device__ __forceinline__ WeightBlocks(const void* b, const TileCoord& tile, int n_blocks, int num_k_blocks,
+                                          unsigned block_bytes) {
+#pragma unroll
+    for (int s = 0; s < kBlocks; ++s) {
+      const int nb = min(tile.n_block * kBlocks + s, n_blocks - 1);
+      first[s] = static_cast<const unsigned char*>(b) +
+                 (static_cast<long long>(tile.group) * n_blocks + nb) * num_k_blocks * block_bytes;
+    }
+  }
+  // K block kb of every block, into consecutive kBlockBytes slots from `dst`, completing on `bar`.
+  __device__ __forceinline__ void load(unsigned dst, int kb, unsigned block_bytes, unsigned bar) const {
+#pragma unroll
+    for (int s = 0; s < kBlocks; ++s)
+      bulk_load(dst + s * block_bytes, first[s] + static_cast<long long>(kb) * block_bytes, block_bytes, bar);
+  }
+};
+
+// kRowsW: weight rows per tile, 128 (one pre-arranged block per stage) or 256 (two).
+template <int kTokens, int kStages, int kFormat = kMXFP4, int kRowsW = 128>
 __host__ __device__ constexpr int w4rs_smem_bytes() {
-  return kStages * (kTokens * 128 + static_cast<int>(w4_block_bytes<kFormat>())) + 2048;
+  return kStages * (kTokens * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) + 2048;
 }
 
 // CTAs per SM: the 16-, 32- and 64-token tiles (decode, small groups) run two, for twice the warps
@@ -120,38 +168,58 @@ __host__ __device__ constexpr int w4rs_smem_bytes() {
 // bandwidth). Their consumers hold few accumulators (8, 16, 32) and fit the smaller register
 // share below (0 spills); 8 stages take 53, 70 or 102 KB of shared memory per CTA.
 // KernelSpec::min_ctas_per_sm() says the same on the host (checked in the instantiating .cu).
-template <int kTokens>
+template <int kTokens, int kRowsW = 128>
 __host__ __device__ constexpr int w4rs_ctas_per_sm() {
-  return kTokens <= 64 ? 2 : 1;
+  return kTokens <= 64 && kRowsW == 128 ? 2 : 1;
 }
 
-// kTokens: tokens per tile (the MMA's N); 128 weight rows per tile (two consumers x 64).
+// kTokens: tokens per tile (the MMA's N). kRowsW: weight rows per tile: 128 (each consumer one
+// 64-row slice of the stage's block) or 256 (two blocks per stage, each consumer a whole block:
+// two 64-row slices, two accumulator sets). 256 rows read each token row once per 256 weight rows
+// instead of per 128: half the traffic of A (L2 -> shared memory). Measured (H100, v9): not faster
+// than 256 tokens x 128 rows at prefill, 64 x 256 (one CTA) beats 64 x 128 (two) on DeepSeek-V3
+// at 32 rows per expert only; tuner candidates, not heuristic choices.
+// A ragged last 256-row tile (odd block count) loads its last block twice and stores nothing of
+// the copy (its rows are past N).
 // Fuse / f (null without fusions; docs/design.md, "Fusions"): fuse=gather copies the tile's token
 // rows with cp.async by the producer warpgroup (as the bf16 Hopper kernel does for A); the epilogue
 // fusions are applied on the transposed accumulator (w4_fused_store below). Not implemented here:
 // glu=split (a tile would need two half blocks of packed weights) and atomic (C is 16-bit).
-template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP4, class Fuse = NoFusion>
+template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP4, class Fuse = NoFusion,
+          int kRowsW = 128>
 __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
                                                    const FusionParams* f = nullptr) {
   static_assert(!Fuse::glu_split && !Fuse::atomic, "4-bit Hopper kernel: no split GLU, no atomic combine");
   static_assert(kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 256,
                 "tokens per tile: 16, 32, 64, 128 or 256");
   static_assert(kFormat == kMXFP4 || kFormat == kNVFP4, "4-bit weights: MXFP4 or NVFP4");
-  static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat>() <= 232448, "stages do not fit in 227 KB");
+  static_assert(kRowsW == 128 || (kRowsW == 256 && kTokens <= 128), "weight rows per tile: 128, or 256 with <= 128 tokens");
+  static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW>() <= 232448, "stages do not fit in 227 KB");
   constexpr unsigned kBlockBytes = w4_block_bytes<kFormat>();
   constexpr unsigned kScaleBytes = kFormat == kNVFP4 ? 8 : 4;  // per consumer thread per stage
   static_assert(kTypeC == kBF16 || kTypeC == kF16, "prototype: 16-bit C");
-  constexpr int kRowsW = 128;
+  constexpr int kBlocks = kRowsW / 128;   // pre-arranged weight blocks per stage
+  constexpr int kSlices = kBlocks;        // 64-row slices (accumulator sets) per consumer
   using Mma = WgmmaRsOp<kTokens>;
   constexpr int kAccRegs = Mma::kRegs;
   constexpr unsigned kXBytes = kTokens * 128;  // 64 K of BF16 per token row
   constexpr int kConsumerThreads = 256;  // each arrives on a stage's empty barrier (retire below)
+  // Registers: one CTA per SM starts every thread at 168 (65536 / 384, rounded down to 8), two at
+  // 80 (65536 / 768); the producer gives back all but kProducerRegs and the consumers take what
+  // that frees: (384 x 168 - 128 x 24) / 256 = 240, or 232 beside the gathering producer, which
+  // needs 40 (its row offsets); two CTAs (384 x 80 - 128 x 24) / 256 = 108 -> 104, or 96. Asking
+  // more than the CTA holds would hang. The 24-register producer (one thread: TMA and bulk copies)
+  // spills nothing (ptxas); the extra 8 registers let ptxas keep the 64-token tile's wgmmas in
+  // flight (at 96 it serialized them: C7512).
+  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? 40 : 24;
+  constexpr bool kTwoCtas = w4rs_ctas_per_sm<kTokens, kRowsW>() == 2;
+  constexpr int kConsumerRegs = ((kTwoCtas ? 80 : 168) * 384 - 128 * kProducerRegs) / 256 / 8 * 8;
 
   extern __shared__ unsigned char moejit_smem[];
   const unsigned smem_base = smem_addr(moejit_smem);
   const unsigned x_stages = (smem_base + 1023u) & ~1023u;
   const unsigned w_stages = x_stages + kStages * kXBytes;
-  const unsigned full_bars = w_stages + kStages * kBlockBytes;
+  const unsigned full_bars = w_stages + kStages * kBlocks * kBlockBytes;
   const unsigned empty_bars = full_bars + 8 * kStages;
 
   if (threadIdx.x == 0) {
@@ -166,14 +234,14 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   __syncthreads();
 
   const int num_k_blocks = (p.k + 63) / 64;
-  const int n_blocks = (p.n + kRowsW - 1) / kRowsW;
+  const int n_blocks = (p.n + 127) / 128;  // pre-arranged 128-row blocks (two per 256-row tile)
   const int warpgroup = threadIdx.x / 128;
   // Tiles: group-major, tokens as the cursor's "M" side, weight rows as its "N" side.
   GroupTileCursor<kLayout, kTokens, kRowsW> cursor;
   TileCoord tile;
 
   if (warpgroup == 0) {
-    warpgroup_release_registers<40>();
+    warpgroup_release_registers<kProducerRegs>();
     if constexpr (Fuse::gather) {
       // The producer warpgroup: thread 0 bulk-copies the weights (expect_tx of their bytes), every
       // thread copies its share of the tile's token rows (64 K of BF16 = 128 bytes each) with
@@ -193,15 +261,13 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
           tma_rows.load_tokens(f->gather_rows, x_row, rows_valid, f->num_tokens, (int)threadIdx.x);
         else
           rows.load_tokens(f->gather_rows, x_row, rows_valid, f->num_tokens, p.k);
-        const unsigned char* w_blocks = static_cast<const unsigned char*>(p.b) +
-            (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kBlockBytes;
+        const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, num_k_blocks, kBlockBytes);
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
           const unsigned full = full_bars + 8 * stage;
           if (threadIdx.x == 0) {
-            mbarrier_arrive_expect_tx(full, kBlockBytes + (Fuse::gather_tma ? tma_rows.tx_bytes(rows_valid) : 0u));
-            bulk_load(w_stages + stage * kBlockBytes, w_blocks + static_cast<long long>(kb) * kBlockBytes,
-                      kBlockBytes, full);
+            mbarrier_arrive_expect_tx(full, kBlocks * kBlockBytes + (Fuse::gather_tma ? tma_rows.tx_bytes(rows_valid) : 0u));
+            w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full);
           }
           if constexpr (Fuse::gather_tma) {
             tma_rows.copy_k_block(x_stages + stage * kXBytes, tma_a, full, kb * 64, (int)threadIdx.x);
@@ -219,43 +285,39 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       unsigned phase = 0;
       for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
         const int x_row = tile.row_begin + tile.m_block * kTokens;
-        const unsigned char* w_blocks = static_cast<const unsigned char*>(p.b) +
-            (static_cast<long long>(tile.group) * n_blocks + tile.n_block) * num_k_blocks * kBlockBytes;
+        const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, num_k_blocks, kBlockBytes);
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
           const unsigned full = full_bars + 8 * stage;
-          mbarrier_arrive_expect_tx(full, kXBytes + kBlockBytes);
+          mbarrier_arrive_expect_tx(full, kXBytes + kBlocks * kBlockBytes);
           tma_load_2d(x_stages + stage * kXBytes, tma_a, full, kb * 64, x_row);
-          bulk_load(w_stages + stage * kBlockBytes, w_blocks + static_cast<long long>(kb) * kBlockBytes,
-                    kBlockBytes, full);
+          w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
     }
   } else {
-    // One CTA: 168 registers per thread at launch, the producer gives back to 40, so consumers
-    // can take 232. Two CTAs: 80 at launch (65536 / 768, rounded down to 8), so at most
-    // (384 x 80 - 128 x 40) / 256 = 100 -> 96; asking more than the CTA holds would hang.
-    warpgroup_claim_registers<w4rs_ctas_per_sm<kTokens>() == 2 ? 96 : 232>();
+    warpgroup_claim_registers<kConsumerRegs>();
     const int consumer = warpgroup - 1;
     const int t = threadIdx.x % 128;
     const int lane = threadIdx.x % 32;
     const int warp_in_group = t / 32;
-    const unsigned my_codes = (consumer * 128 + t) * 16;
-    const unsigned my_scales = 4096 + (consumer * 128 + t) * kScaleBytes;
+    // Slice i of this consumer: block b(i) of the stage, its 64-row part w(i) (the pre-arranged
+    // [w][thread] order). 128 rows: block 0, part = consumer; 256 rows: block = consumer, part = i.
+    auto slice_block = [&](int i) { return kBlocks == 2 ? consumer : 0; };
+    auto slice_part = [&](int i) { return kBlocks == 2 ? i : consumer; };
     constexpr unsigned kTwoPow126x2 = 0x7E807E80u;  // BF16 2^126 in both halves
     constexpr unsigned kTwoPow117x2 = 0x7A007A00u;  // BF16 2^117 in both halves
 
-    float acc[kAccRegs];
+    float acc[kSlices][kAccRegs];
     int stage = 0;
     unsigned phase = 0;
     // Widens this thread's weights of the current stage into `frag` (all four k16 steps: their
     // registers must stay put until the wgmmas reading them finish).
-    auto widen = [&](unsigned (&frag)[4][4]) {
-      mbarrier_wait(full_bars + 8 * stage, phase);
-      // fuse=gather: the token rows came through the generic proxy (cp.async); order them before wgmma.
-      if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
-      const unsigned w_stage = w_stages + stage * kBlockBytes;
+    auto widen_slice = [&](unsigned (&frag)[4][4], int slice) {
+      const unsigned w_stage = w_stages + (stage * kBlocks + slice_block(slice)) * kBlockBytes;
+      const unsigned my_codes = (slice_part(slice) * 128 + t) * 16;
+      const unsigned my_scales = 4096 + (slice_part(slice) * 128 + t) * kScaleBytes;
       unsigned codes[4], scales[2];
       asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(codes[0]), "=r"(codes[1]), "=r"(codes[2]), "=r"(codes[3])
@@ -313,30 +375,44 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         }
       }
     };
+    auto widen = [&](unsigned (&frag)[kSlices][4][4]) {
+      mbarrier_wait(full_bars + 8 * stage, phase);
+      // fuse=gather: the token rows came through the generic proxy (cp.async); order them before wgmma.
+      if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
+#pragma unroll
+      for (int i = 0; i < kSlices; ++i) widen_slice(frag[i], i);
+    };
     // Issues the current stage's four wgmmas and moves to the next stage.
     // Descriptors advanced from the first stage's, as in the FP8 kernel.
     const unsigned long long x_desc0 = wgmma_desc_sw128(x_stages);
-    auto issue = [&](const unsigned (&frag)[4][4], bool first) {
+    auto fence_acc = [&] {
+#pragma unroll
+      for (int i = 0; i < kSlices; ++i) wgmma_fence_operands(acc[i]);
+    };
+    auto issue = [&](const unsigned (&frag)[kSlices][4][4], bool first) {
       const unsigned long long x_desc = wgmma_desc_advance<kXBytes>(x_desc0, stage);
-      wgmma_fence_operands(acc);
+      fence_acc();
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) Mma::mma(acc, frag[kk], wgmma_desc_advance<32>(x_desc, kk), !first || kk != 0);
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int i = 0; i < kSlices; ++i)
+          Mma::mma(acc[i], frag[i][kk], wgmma_desc_advance<32>(x_desc, kk), !first || kk != 0);
       wgmma_commit();
-      wgmma_fence_operands(acc);
+      fence_acc();
       if (++stage == kStages) stage = 0, phase ^= 1;
     };
     // Waits for the wgmmas in flight and gives their stage back.
     auto retire = [&](int done_stage) {
       wgmma_wait<0>();
-      wgmma_fence_operands(acc);
+      fence_acc();
       // Every consumer thread arrives: each read its codes and scales of the stage with ld.shared
       // (widen), and its own arrival is what orders those reads before the producer's refill. With
       // one arrival per warp (after __syncwarp or a warpgroup bar.sync), compute-sanitizer's
       // racecheck reported the refill racing the other lanes' reads (WAR, 2026-11-23).
       mbarrier_arrive(empty_bars + 8 * done_stage);
     };
-    unsigned frag0[4][4], frag1[4][4];
+    unsigned frag0[kSlices][4][4], frag1[kSlices][4][4];
     for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
       // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both
       // fragment sets stay in fixed registers.
@@ -359,35 +435,26 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       }
       if (num_k_blocks == 0) {
 #pragma unroll
-        for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
+        for (int i = 0; i < kSlices; ++i)
+#pragma unroll
+          for (int r = 0; r < kAccRegs; ++r) acc[i][r] = 0.f;
       }
       if constexpr (kFormat == kNVFP4) {
         const float tensor_scale = __ldg(p.scale_b_tensor + tile.group) * 512.f;  // and the 2^9 of the widening
 #pragma unroll
-        for (int i = 0; i < kAccRegs; ++i) acc[i] *= tensor_scale;
+        for (int i = 0; i < kSlices; ++i)
+#pragma unroll
+          for (int r = 0; r < kAccRegs; ++r) acc[i][r] *= tensor_scale;
       }
-      // acc register 4j + 2h + e: weight row 16 warp + lane/4 + 8h, token 8j + 2(lane%4) + e.
-      using T = typename StorageOf<kTypeC>::type;
-      T* const c = static_cast<T*>(p.c);
-      const int n_base = tile.n_block * kRowsW + consumer * 64 + warp_in_group * 16 + lane / 4;
       const int token_base = tile.m_block * kTokens + 2 * (lane % 4);
-      if constexpr (Fuse::epilogue) {
-        w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc, tile, n_base, token_base, lane);
-        continue;
-      }
 #pragma unroll
-      for (int j = 0; j < kAccRegs / 4; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const unsigned pair = pack_pair<kTypeC>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-          const int n = n_base + 8 * h;
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int token = token_base + 8 * j + e;
-            if (n < p.n && token < tile.group_rows)
-              c[static_cast<long long>(tile.row_begin + token) * p.n + n] = static_cast<T>(pair >> (16 * e));
-          }
-        }
+      for (int i = 0; i < kSlices; ++i) {
+        // acc register 4j + 2h + e: weight row 16 warp + lane/4 + 8h of the slice, token 8j + 2(lane%4) + e.
+        const int n_base = tile.n_block * kRowsW + slice_block(i) * 128 + slice_part(i) * 64 + warp_in_group * 16 + lane / 4;
+        if constexpr (Fuse::epilogue)
+          w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
+        else
+          w4_store<kTypeC, kAccRegs>(p, acc[i], tile, n_base, token_base);
       }
     }
   }
