@@ -382,6 +382,9 @@ void KernelSpec::validate() const {
     if (tile.m != 64 && tile.m != 128) fail("tile M={} (allowed: 64|128)", tile.m);
     if (tile.n % 64 != 0 || tile.n < 64 || tile.n > 256) fail("tile N={} (allowed: 64|128|192|256)", tile.n);
     if (tile.k != 64) fail("tile K={} (allowed: 64, one 128-byte swizzle row of 16-bit elements)", tile.k);
+    // 64-row tiles split N between the two consumers: 32-column slices, narrower than the TMA-store
+    // epilogue's 64-column chunks (hopper/epilogue.cuh; NVRTC failed its static_assert).
+    if (tile.m == 64 && tile.n == 64) fail("tile 64x64 (64-row tiles need N >= 128: each consumer stores 64-column chunks)");
   }
   int smem = dynamic_smem_bytes();
   if (smem > max_dynamic_smem_bytes(arch))
