@@ -25,13 +25,15 @@ constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 constexpr TileChoice kFp8Small = {{64, 256, 128}, 5, 1, 1};
 constexpr TileChoice kFp8Large = {{128, 128, 128}, 6, 1, 1};
 constexpr int kFp8LargeTileMinRows = 256;  // mean rows per active expert; measured at 128 and 512
-// 128x192 (each consumer 64x192: 1.5x the MMA work per promotion and per A byte) against 128x128
-// (H100, docs/perf.md v7): Mixtral 16384 up +4%, down +12.5%, DeepSeek-V3 up 16384 +8% (across
-// runs); slower where K is short or the groups hold fewer rows (same process: DeepSeek-V3 down,
-// K = 2048, -2%; Qwen3 down, K = 768, -13%; gpt-oss down, K = 2880, -3%).
+// 128x192 (each consumer 64x192: 1.5x the MMA work per promotion and per A byte) against 128x128,
+// H100, same process, after v8's leaner k-loop (docs/perf.md v9): faster at every suite case from
+// 512 rows per expert (gpt-oss 16384 +9% / +11.5%, DeepSeek-V3 down 16384 +8%, Mixtral 16384
+// +19% / +17%, Qwen3 16384 +6% / +2%) and at 256 rows unless K is short (Mixtral 1024 +1% / +14%,
+// Qwen3 up 4096 +11%; Qwen3 down 4096, K = 768: -12%). (v7, before that change, found it slower
+// at K <= 2880.)
 constexpr TileChoice kFp8Wide = {{128, 192, 128}, 5, 1, 1};
-constexpr int kFp8WideTileMinRows = 512;
-constexpr int kFp8WideTileMinK = 4096;
+constexpr int kFp8WideTileMinRows = 512;  // from here 128x192 whatever K
+constexpr int kFp8WideTileMinK = 1024;    // between 256 and 512 rows, 128x192 from this K
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
 // beat 64 at 16384 tokens (409-462 vs 295-320 TFLOP/s). Since the 64-token tile runs two CTAs per
@@ -107,7 +109,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Elsewhere (and with gather or a split GLU, which the Hopper FP8 kernel does not fuse) the
     // portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
     spec.family = KernelFamily::hopper;
-    const bool wide = mean_rows >= kFp8WideTileMinRows && problem.k >= kFp8WideTileMinK;
+    const bool wide = mean_rows >= kFp8WideTileMinRows || problem.k >= kFp8WideTileMinK;
     spec = with_tile(spec, mean_rows < kFp8LargeTileMinRows ? kFp8Small : wide ? kFp8Wide : kFp8Large);
     spec.scheduler = Scheduler::static_persistent;
     spec.validate();
