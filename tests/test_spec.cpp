@@ -147,9 +147,6 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("family=hopper,a=e4m3,b=nvfp4", {"b=nvfp4 with a=e4m3"});
   require_rejected("family=hopper,b=mxfp4,tile=256x256x64", {"16|32|64|128|256 tokens"});
   require_rejected("family=hopper,tile=64x64x64", {"64-row tiles need N >= 128"});
-  require_rejected("family=hopper,tile=64x128x64,stages=6,c=f32", {"c=f32 with a 64-row tile"});
-  CHECK_NOTHROW(KernelSpec::parse("family=hopper,tile=64x128x64,stages=6,c=bf16").validate());
-  CHECK_NOTHROW(KernelSpec::parse("family=hopper,tile=64x256x64,stages=5,c=f32").validate());
   require_rejected("family=hopper,b=nvfp4,tile=48x128x64", {"tile 48x128x64"});
   require_rejected("family=hopper,b=mxfp4,c=f32", {"c=f32"});
   require_rejected("family=hopper,b=mxfp4,sched=dynamic", {"static scheduler only"});

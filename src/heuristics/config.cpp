@@ -12,10 +12,12 @@ struct TileChoice {
   int cluster_n = 1;
 };
 // Hopper (docs/results/2026-11-23-tune-tiles.csv): 128x256 with 4 stages is fastest once groups
-// fill 128-row tiles; with ≤ 64 rows per group (decode) 64x256 with 5 stages streams the weights
-// 3–20% faster (more tiles in flight, half the wasted rows).
+// fill 128-row tiles; with ≤ 64 rows per group (decode) 64-row tiles stream the weights 3–20%
+// faster (more tiles in flight, half the wasted rows): 64x128 with 8 stages, which beat 64x256
+// with 5 on 20 of the 22 suite cases this rule covers by 0.2–3.5% (H100, same process, 3 rounds
+// in each of two runs, docs/perf.md v9; Mixtral down 16 tokens 1.5–2.7% slower).
 constexpr TileChoice kHopperLarge = {{128, 256, 64}, 4, 1, 1};
-constexpr TileChoice kHopperSmall = {{64, 256, 64}, 5, 1, 1};
+constexpr TileChoice kHopperSmall = {{64, 128, 64}, 8, 1, 1};
 // 128x256 on CTA pairs that share A through TMA multicast (docs/perf.md, v4).
 constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 // FP8 block-scaled (hopper_fp8/, docs/results/2026-11-23-fp8-prototype.md, H100, DeepSeek-V3):

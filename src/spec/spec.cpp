@@ -385,13 +385,6 @@ void KernelSpec::validate() const {
     // 64-row tiles split N between the two consumers: 32-column slices, narrower than the TMA-store
     // epilogue's 64-column chunks (hopper/epilogue.cuh; NVRTC failed its static_assert).
     if (tile.m == 64 && tile.n == 64) fail("tile 64x64 (64-row tiles need N >= 128: each consumer stores 64-column chunks)");
-    // 64-row tiles whose C is staged for TMA stores (the stages leave 32 KB: e.g. 64x128 with 6 or 8
-    // stages) computed f32 C wrongly on the H100 (rel_err ~2e-2 in some launches of the edge tests,
-    // v9; bf16/f16 C and 128-row tiles pass): until that is found, f32 C needs 64-row tiles with
-    // direct stores (64x256 with 5 stages, the heuristic's decode tile).
-    if (tile.m == 64 && c == DType::f32 && dynamic_smem_bytes() > stages * (tile.m + tile.n) * tile.k * 2 + 2048)
-      fail("c=f32 with a 64-row tile whose epilogue stages C (wrong results on the H100, docs/perf.md v9); use more "
-           "stages or 64x256x64 with 5 stages");
   }
   int smem = dynamic_smem_bytes();
   if (smem > max_dynamic_smem_bytes(arch))

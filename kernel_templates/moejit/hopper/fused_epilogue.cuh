@@ -125,7 +125,7 @@ template <int kTypeC, int kW, bool kStaged, class Fuse>
 __device__ __forceinline__ void store_fused(const GroupedGemmParams& p, const FusionParams& f,
                                             const TmaDescriptor& tma_c, const float (&out)[kW / 2], unsigned staging,
                                             int row_begin, int group_rows, int m_first, int rows, int n0, int n_out,
-                                            int warp_in_group, int lane, int barrier_id, unsigned& buffer) {
+                                            int warp_in_group, int lane, int barrier_id, unsigned& c_state) {
   const int m_warp = m_first + warp_in_group * 16 + lane / 4;  // group-local row of h = 0
   if constexpr (Fuse::scatter) {
     long long out_rows[2];
@@ -143,7 +143,7 @@ __device__ __forceinline__ void store_fused(const GroupedGemmParams& p, const Fu
     constexpr int kChunkCols = 128 / sizeof(typename StorageOf<kTypeC>::type);
     if constexpr (kStaged && kW % kChunkCols == 0) {
       store_accumulators_staged<kTypeC, kW>(narrow, tma_c, out, staging, row_begin + m_first, rows, n0, warp_in_group,
-                                            lane, barrier_id, buffer);
+                                            lane, barrier_id, c_state);
     } else {
       store_accumulators<kTypeC, kW>(narrow, out, row_begin, group_rows, m_first + warp_in_group * 16, n0, lane);
     }
@@ -158,7 +158,7 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
                                                const TmaDescriptor& tma_c, float (&acc)[kWgN / 2], unsigned staging,
                                                int group, int row_begin, int group_rows, int m_first, int rows,
                                                int col0, int tile_col0, int warp_in_group, int lane, int barrier_id,
-                                               unsigned& buffer) {
+                                               unsigned& c_state) {
   constexpr int kOutW = Fuse::glu ? kWgN / 2 : kWgN;  // output columns of the slice
   const int n = p.n;
   const int n_out = Fuse::glu ? n / 2 : n;
@@ -205,10 +205,10 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
   const int n0 = (Fuse::glu ? col0 / 2 + tile_col0 / 2 : col0 + tile_col0);  // slice's first output column
   if constexpr (Fuse::glu) {
     store_fused<kTypeC, kOutW, kStaged, Fuse>(p, f, tma_c, gl, staging, row_begin, group_rows, m_first, rows, n0, n_out,
-                                              warp_in_group, lane, barrier_id, buffer);
+                                              warp_in_group, lane, barrier_id, c_state);
   } else {
     store_fused<kTypeC, kOutW, kStaged, Fuse>(p, f, tma_c, acc, staging, row_begin, group_rows, m_first, rows, n0, n_out,
-                                              warp_in_group, lane, barrier_id, buffer);
+                                              warp_in_group, lane, barrier_id, c_state);
   }
 }
 

@@ -324,13 +324,13 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     unsigned phase = 0;
     int ring_slot = 0;
     unsigned ring_phase = 0;
-    unsigned c_buffer = 0;
+    unsigned c_state = 0;  // staged epilogue: chunk buffers (store_accumulators_staged)
     // A stage goes back to this CTA's producer and, paired, to the peer's (which multicasts into it).
     const unsigned peer_offset = kPaired ? cluster_map(empty_bars, peer) - empty_bars : 0u;
     auto release_stage = [&](unsigned bar) {
       mbarrier_arrive(bar);
       if constexpr (kPaired) mbarrier_arrive_remote_stage(bar + peer_offset);
-    };  // staged epilogue: the chunk buffer to use next
+    };
     for (int tile_iter = 0;; ++tile_iter) {
       int tile_index;
       if constexpr (kDynamic) {
@@ -412,11 +412,11 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         fused_epilogue<kTypeC, kWgN, kStaged, Fuse>(p, *f, tma_c, acc, c_staging + consumer * kCStageBytesPerConsumer,
                                                     tile.group, tile.row_begin, tile.group_rows, m_first,
                                                     min(rows_here, 64), n_block * kBlockN, tile_col0, warp_in_group,
-                                                    lane, 1 + consumer, c_buffer);
+                                                    lane, 1 + consumer, c_state);
       } else if constexpr (kStaged) {
         store_accumulators_staged<kTypeC, kWgN>(p, tma_c, acc, c_staging + consumer * kCStageBytesPerConsumer,
                                                 tile.row_begin + m_first, min(rows_here, 64), n0, warp_in_group,
-                                                lane, 1 + consumer, c_buffer);
+                                                lane, 1 + consumer, c_state);
       } else {
         const int m0 = m_first + warp_in_group * 16;  // group-local row of this warp
         store_accumulators<kTypeC, kWgN>(p, acc, tile.row_begin, tile.group_rows, m0, n0, lane);
