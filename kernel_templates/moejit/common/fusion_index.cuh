@@ -1,6 +1,7 @@
-// Index arithmetic of the fused kernels, as plain functions that compile for the device (NVRTC)
-// and the host (tests/test_fusion_index.cpp checks them against independent models of the TMA
-// 128B swizzle, the wgmma / mma.sync accumulator layouts and the GLU contract). No CUDA header.
+// Index arithmetic of the fused kernels (and the staged epilogue's buffer bookkeeping), as plain
+// functions that compile for the device (NVRTC) and the host (tests/test_fusion_index.cpp checks
+// them against independent models of the TMA 128B swizzle, the wgmma / mma.sync accumulator
+// layouts, the GLU contract and TMA store groups). No CUDA header.
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -56,6 +57,24 @@ MOEJIT_HOST_DEVICE constexpr int split_glu_slice_column(int n, int out0, int wg_
 // is gate row out0 + i and tile row 2i + 1 is up row n/2 + out0 + i (out0 = tile_col / 2).
 MOEJIT_HOST_DEVICE constexpr int split_glu_tile_row(int tile_row, int out0, int half_n) {
   return (tile_row & 1) * half_n + out0 + tile_row / 2;
+}
+
+// The TMA-store epilogue's two shared-memory chunk buffers (hopper/epilogue.cuh). Chunks alternate
+// between them; a chunk whose rows all belong to the group is stored by TMA (one committed bulk
+// group), one that crosses the group's end is copied out by the threads (no group). Before a
+// chunk is written, every store that reads its buffer must have read it: waiting for all groups
+// but the newest suffices when the newest reads the other buffer, not otherwise (after a copied
+// chunk, the newest group may be this buffer's: the v9 race). state, kept across chunks and tiles
+// (0 at first): bit 0 the buffer the next chunk writes, bit 1 set once a group was committed, bit
+// 2 the buffer the newest group reads.
+MOEJIT_HOST_DEVICE constexpr unsigned c_staging_buffer(unsigned state) { return state & 1u; }
+// Whether the next chunk must wait for every group (the newest reads its buffer).
+MOEJIT_HOST_DEVICE constexpr bool c_staging_wait_all(unsigned state) {
+  return (state & 2u) != 0 && ((state >> 2) & 1u) == (state & 1u);
+}
+// The state after the next chunk: stored by TMA (committed) or copied by the threads.
+MOEJIT_HOST_DEVICE constexpr unsigned c_staging_next(unsigned state, bool committed) {
+  return committed ? (((state & 1u) ^ 1u) | 2u | ((state & 1u) << 2)) : (state ^ 1u);
 }
 
 }  // namespace moejit

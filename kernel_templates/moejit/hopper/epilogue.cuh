@@ -7,6 +7,7 @@
 #pragma once
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
+#include "moejit/common/fusion_index.cuh"
 #include "moejit/hopper/tma.cuh"
 #include "moejit/hopper/warpgroup.cuh"
 
@@ -134,20 +135,17 @@ __device__ __forceinline__ void store_accumulators(const GroupedGemmParams& p, c
 // so a 16-byte unit is wholly inside or outside N). The slice is cut into chunks of 64 rows x 128 bytes (64 16-bit or 32 fp32 columns), the box of
 // the C tensor map (128-byte swizzle, so the writes below are free of bank conflicts), that
 // alternate between two 8 KB buffers across chunks and tiles: a chunk may be written once every
-// store that read its buffer has read it. Only thread 0 of the warpgroup issues and waits for
-// the stores (bulk async-groups belong to the thread). A group-end slice commits no store, so
-// "the newest store is the other buffer's" (wait for all but one) does not always hold: the
-// caller's `state` remembers which buffer the newest committed store read, and a chunk waits for
-// every store when it is its own (H100, v9: without this, 64-row tiles with f32 C, two chunks
-// per slice, rewrote a buffer a TMA store was still reading).
+// store that read its buffer has read it (c_staging_* in common/fusion_index.cuh keep the count:
+// a group-end slice commits no store, so "wait for all but the newest" is not always enough; H100,
+// v9: 64-row tiles with f32 C rewrote a buffer a TMA store was still reading). Only thread 0 of
+// the warpgroup issues and waits for the stores (bulk async-groups belong to the thread).
 constexpr unsigned kCStageChunkBytes = 64 * 128;
 constexpr unsigned kCStageBytesPerConsumer = 2 * kCStageChunkBytes;
 
 // staging: this warpgroup's two chunk buffers (1024-byte aligned); row: first row of the slice
 // in C (absolute); rows: its rows inside the group (1..64); n0: its first column; n: columns of C (chunks wholly past it are skipped, the
-// map clips the rest); barrier_id: this warpgroup's named barrier; state (kept by the caller
-// from tile to tile, 0 at first): bit 0 the buffer the next chunk uses, bit 1 set once a store
-// was committed, bit 2 the buffer the newest committed store reads.
+// map clips the rest); barrier_id: this warpgroup's named barrier; state: the buffers' state
+// (c_staging_*), kept by the caller from tile to tile, 0 at first.
 template <int kTypeC, int kWgN>
 __device__ __forceinline__ void store_accumulators_staged(const GroupedGemmParams& p, const TmaDescriptor& tma_c,
                                                           const float (&acc)[kWgN / 2], unsigned staging, int row,
@@ -163,12 +161,11 @@ __device__ __forceinline__ void store_accumulators_staged(const GroupedGemmParam
 #pragma unroll
   for (int chunk = 0; chunk < kWgN / kChunkCols; ++chunk) {
     if (n0 + chunk * kChunkCols >= n) break;  // uniform over the warpgroup
-    const unsigned b = state & 1u;
-    const unsigned buf = staging + b * kCStageChunkBytes;
-    const bool newest_store_is_ours = (state & 2u) != 0 && ((state >> 2) & 1u) == b;
-    state ^= 1u;
+    const unsigned buf = staging + c_staging_buffer(state) * kCStageChunkBytes;
+    const bool wait_all = c_staging_wait_all(state);
+    state = c_staging_next(state, whole);
     if (leader) {
-      if (newest_store_is_ours)
+      if (wait_all)
         tma_store_wait_read<0>();
       else
         tma_store_wait_read<1>();
@@ -217,7 +214,6 @@ __device__ __forceinline__ void store_accumulators_staged(const GroupedGemmParam
         tma_store_2d(tma_c, buf, n0 + chunk * kChunkCols, row);
         tma_store_commit();
       }
-      state = (state & 1u) | 2u | (b << 2);
     } else {
       // 64 rows x 8 units of 16 bytes; 8 consecutive threads write one row's 128 bytes. The
       // barrier at the next use of this buffer (two chunks on) orders these reads before it.
