@@ -368,7 +368,8 @@ void KernelSpec::validate() const {
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (FP8: 1x1)", cluster_m, cluster_n);
   } else if (is_weight_only_4bit()) {
     // 4-bit weight-only kernel (kernel_templates/moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh):
-    // tile M = tokens per tile (the wgmma's N), 128 weight rows, 64 K per stage.
+    // tile M = tokens per tile (the wgmma's N), N = weight rows (128, or 256 with 64|128 tokens),
+    // 64 K per stage.
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
     const bool tokens_ok = tile.m == 16 || tile.m == 32 || tile.m == 64 || tile.m == 128 || tile.m == 256;
     if (!tokens_ok || !(tile.n == 128 || (tile.n == 256 && tile.m >= 64 && tile.m <= 128)) || tile.k != 64)

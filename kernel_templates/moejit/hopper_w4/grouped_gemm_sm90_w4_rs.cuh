@@ -209,8 +209,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   // that frees: (384 x 168 - 128 x 24) / 256 = 240, or 232 beside the gathering producer, which
   // needs 40 (its row offsets); two CTAs (384 x 80 - 128 x 24) / 256 = 108 -> 104, or 96. Asking
   // more than the CTA holds would hang. The 24-register producer (one thread: TMA and bulk copies)
-  // spills nothing (ptxas); the extra 8 registers let ptxas keep the 64-token tile's wgmmas in
-  // flight (at 96 it serialized them: C7512).
+  // spills nothing (ptxas). (The MXFP4 64-token tile's wgmmas stay serialized, C7512, at 104 as at
+  // 96: the cause is the widening's slow-path branch, docs/perf.md v9.)
   constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? 40 : 24;
   constexpr bool kTwoCtas = w4rs_ctas_per_sm<kTokens, kRowsW>() == 2;
   constexpr int kConsumerRegs = ((kTwoCtas ? 80 : 168) * 384 - 128 * kProducerRegs) / 256 / 8 * 8;
@@ -304,7 +304,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     const int warp_in_group = t / 32;
     // Slice i of this consumer: block b(i) of the stage, its 64-row part w(i) (the pre-arranged
     // [w][thread] order). 128 rows: block 0, part = consumer; 256 rows: block = consumer, part = i.
-    auto slice_block = [&](int i) { return kBlocks == 2 ? consumer : 0; };
+    const int slice_block = kBlocks == 2 ? consumer : 0;  // the same for both slices
     auto slice_part = [&](int i) { return kBlocks == 2 ? i : consumer; };
     constexpr unsigned kTwoPow126x2 = 0x7E807E80u;  // BF16 2^126 in both halves
     constexpr unsigned kTwoPow117x2 = 0x7A007A00u;  // BF16 2^117 in both halves
@@ -315,7 +315,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     // Widens this thread's weights of the current stage into `frag` (all four k16 steps: their
     // registers must stay put until the wgmmas reading them finish).
     auto widen_slice = [&](unsigned (&frag)[4][4], int slice) {
-      const unsigned w_stage = w_stages + (stage * kBlocks + slice_block(slice)) * kBlockBytes;
+      const unsigned w_stage = w_stages + (stage * kBlocks + slice_block) * kBlockBytes;
       const unsigned my_codes = (slice_part(slice) * 128 + t) * 16;
       const unsigned my_scales = 4096 + (slice_part(slice) * 128 + t) * kScaleBytes;
       unsigned codes[4], scales[2];
@@ -450,7 +450,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 #pragma unroll
       for (int i = 0; i < kSlices; ++i) {
         // acc register 4j + 2h + e: weight row 16 warp + lane/4 + 8h of the slice, token 8j + 2(lane%4) + e.
-        const int n_base = tile.n_block * kRowsW + slice_block(i) * 128 + slice_part(i) * 64 + warp_in_group * 16 + lane / 4;
+        const int n_base = tile.n_block * kRowsW + slice_block * 128 + slice_part(i) * 64 + warp_in_group * 16 + lane / 4;
         if constexpr (Fuse::epilogue)
           w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
         else
