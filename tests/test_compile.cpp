@@ -205,15 +205,15 @@ TEST_CASE("fused FP8 / 4-bit kernels: their instantiation files", "[codegen][fus
   w4.fusion.gather_a = w4.fusion.bias = true;
   w4.fusion.activation = Activation::swiglu_oai;
   const std::string w4_src = generate_source(w4, templates).source;
-  CHECK(w4_src.find("grouped_gemm_w4_rs<MOEJIT_CONFIG, MoejitFusion, 128>(p, tma_a, &fusion)") != std::string::npos);
+  CHECK(w4_src.find("grouped_gemm_w4_rs<MOEJIT_CONFIG, MoejitFusion, 128, moejit::kSchedulerStatic>(p, tma_a, &fusion)") != std::string::npos);
   KernelSpec fp8 = KernelSpec::parse("family=portable,arch=sm_80,a=e4m3,b=e4m3,tile=128x128x32,fuse=scatter+weight");
   const std::string fp8_src = generate_source(fp8, templates).source;
   CHECK(fp8_src.find("grouped_gemm<MOEJIT_CONFIG, MoejitFusion, moejit::kE4M3>(p, fusion)") != std::string::npos);
   KernelSpec hfp8 = KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,fuse=scatter+weight");
-  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion, false>(p, tma_a, tma_b, &fusion)") !=
+  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion, false, moejit::kSchedulerStatic>(p, tma_a, tma_b, &fusion)") !=
         std::string::npos);
-  hfp8.b_scales = ScaleB::channels;  // per-output-channel B scales: the kernel's last template argument
-  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion, true>(p, tma_a, tma_b, &fusion)") !=
+  hfp8.b_scales = ScaleB::channels;  // per-output-channel B scales: the template argument before the scheduler
+  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion, true, moejit::kSchedulerStatic>(p, tma_a, tma_b, &fusion)") !=
         std::string::npos);
   hfp8.b_scales = ScaleB::blocks;
   hfp8.fusion = Fusion{};
@@ -268,14 +268,14 @@ TEST_CASE("every FP8 hopper variant compiles for sm_90a with QGMMA and no spills
 
 TEST_CASE("4-bit weight-only hopper variants compile for sm_90a with HGMMA and no spills", "[compile][nvrtc][w4]") {
   // A representative set (NVRTC time on CI's 2 cores): the heuristic's four tiles, MXFP4 contiguous
-  // with bf16 C and NVFP4 masked with f16 C; the tuner's other tiles (32 tokens, 256 weight rows)
-  // with MXFP4. The GPU tests run all of w4_candidates and those tiles.
+  // with bf16 C (static and dynamic scheduler) and NVFP4 masked with f16 C; the tuner's other tiles
+  // (32 tokens, 256 weight rows) with MXFP4. The GPU tests run all of w4_candidates and those tiles.
   std::vector<KernelSpec> some;
   for (const KernelSpec& s : w4_candidates(Arch{9, 0, true}))
     if ((s.b == DType::mxfp4 && s.layout == GroupLayout::contiguous && s.c == DType::bf16) ||
         (s.b == DType::nvfp4 && s.layout == GroupLayout::masked && s.c == DType::f16))
       some.push_back(s);
-  CHECK(some.size() == 8);
+  CHECK(some.size() == 12);
   for (const char* tile : {"tile=32x128x64,stages=8", "tile=64x256x64,stages=8", "tile=128x256x64,stages=5"})
     some.push_back(KernelSpec::parse(fmt::format("family=hopper,arch=sm_90a,b=mxfp4,{}", tile)));
   check_variants(some, "hopper 4-bit weight-only for sm_90a", "HGMMA");

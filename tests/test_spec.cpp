@@ -138,7 +138,6 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("family=hopper,a=e4m3,b=e4m3,c=e4m3", {"c=e4m3"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x256x128", {"128x128x128|128x192x128|64x256x128"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x128x64", {"tile 128x128x64"});
-  require_rejected("family=hopper,a=e4m3,b=e4m3,sched=dynamic", {"static scheduler only"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=1x2", {"cluster=1x2"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,stages=8", {"shared memory"});
   // Weight-only 4-bit (a = bf16, b = mxfp4 | nvfp4): the hopper_w4 register-A kernel.
@@ -149,7 +148,6 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("family=hopper,tile=64x64x64", {"64-row tiles need N >= 128"});
   require_rejected("family=hopper,b=nvfp4,tile=48x128x64", {"tile 48x128x64"});
   require_rejected("family=hopper,b=mxfp4,c=f32", {"c=f32"});
-  require_rejected("family=hopper,b=mxfp4,sched=dynamic", {"static scheduler only"});
   require_rejected("family=hopper,b=mxfp4,a=mxfp4", {"a=mxfp4"});
   require_rejected("family=hopper,b=nvfp4,c=mxfp4", {"c=mxfp4"});
 }

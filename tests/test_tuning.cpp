@@ -238,19 +238,24 @@ TEST_CASE("tuning candidates: heuristic first, all valid and distinct, both sche
   }
 }
 
-TEST_CASE("tuning candidates for quantized formats: their own tiles, static scheduler", "[tuning]") {
+TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedulers", "[tuning]") {
   std::vector<int> group_rows(128, 4);
   GemmProblem fp8{GroupLayout::contiguous, DType::e4m3, DType::bf16, 128, 4096, 7168, 512, group_rows};
   auto specs = tuning_candidates(fp8, kHopper, 132);
-  CHECK(specs.size() == 3);  // 64x256, 128x128, 128x192
-  for (auto& s : specs) CHECK((s.a == DType::e4m3 && s.tile.k == 128 && s.scheduler == Scheduler::static_persistent));
+  CHECK(specs.size() == 6);  // 64x256, 128x128, 128x192, each static and dynamic
+  int dynamic = 0;
+  for (auto& s : specs) {
+    CHECK((s.a == DType::e4m3 && s.tile.k == 128));
+    dynamic += s.scheduler == Scheduler::dynamic;
+  }
+  CHECK(dynamic == 3);
   auto portable = tuning_candidates(fp8, kAmpere, 108);  // the portable family's tiles and schedulers
   CHECK(portable.size() >= 4);
   for (auto& s : portable) CHECK((s.a == DType::e4m3 && s.family == KernelFamily::portable && s.tile.n <= 128));
   for (DType b : {DType::mxfp4, DType::nvfp4}) {
     GemmProblem w4{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 512, group_rows, b};
     auto w4_specs = tuning_candidates(w4, kHopper, 132);
-    CHECK(w4_specs.size() == 7);  // 16, 32, 64, 128 and 256 tokens x 128 rows; 128 and 64 tokens x 256 rows
+    CHECK(w4_specs.size() == 14);  // 16, 32, 64, 128 and 256 tokens x 128 rows; 128 and 64 tokens x 256 rows; x 2 schedulers
     CHECK(w4_specs[0].tile.m == 16);  // 4 rows per expert: the 16-token tile
     for (auto& s : w4_specs) CHECK((s.b == b && s.is_weight_only_4bit() && s.layout == GroupLayout::masked));
     std::vector<int> prefill(128, 512);

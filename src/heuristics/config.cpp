@@ -23,7 +23,7 @@ constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 // FP8 block-scaled (hopper_fp8/, docs/results/2026-11-23-fp8-prototype.md, H100, DeepSeek-V3):
 // 64x256 with 5 stages is faster up to 128 rows per expert (up 128 tokens 2.55 vs 3.01 ms, 4096
 // tokens 555/544 vs 496/452 TFLOP/s); 128x128 with 6 stages at 512 rows (16384 tokens: 771/761
-// vs 742/472 TFLOP/s). Static scheduler only (the FP8 kernel has no dynamic one yet).
+// vs 742/472 TFLOP/s). Scheduler: scheduler_for above.
 constexpr TileChoice kFp8Small = {{64, 256, 128}, 5, 1, 1};
 constexpr TileChoice kFp8Large = {{128, 128, 128}, 6, 1, 1};
 constexpr int kFp8LargeTileMinRows = 256;  // mean rows per active expert; measured at 128 and 512
@@ -66,6 +66,19 @@ constexpr TileChoice kPortableSmall = {{64, 128, 32}, 4, 2, 4};
 
 bool hopper_capable(const Arch& arch) { return arch.sm() == 90 && arch.arch_specific; }
 
+// Several groups make tiles of uneven cost: hand them out dynamically once there are more tiles
+// than SMs. Measured on the H100 for the bf16 kernel (docs/results/2026-11-23-tune-tiles.csv, v2
+// bench): dynamic wins on Mixtral up 16384 (642 vs 599 TFLOP/s), Mixtral up 1024 (0.99 vs 1.15 ms)
+// and Qwen3 16384 (592/603 vs 515/570); static wins by 3% on Mixtral down 16384 and by 2% on
+// DeepSeek-V3 up 16384. Since v4 half-empty tiles cost half, static CTAs drift apart and stop
+// sharing B in L2: DeepSeek-V3 up 16384 274 vs 578. The FP8 kernel follows the same rule
+// (docs/perf.md v10).
+Scheduler scheduler_for(long long active, long long rows, int n, TileShape tile, int sm_count) {
+  const long long n_tiles = (n + tile.n - 1) / tile.n;
+  const long long tiles = (rows / tile.m + active) * n_tiles;
+  return active > 1 && tiles > std::max(sm_count, 1) ? Scheduler::dynamic : Scheduler::static_persistent;
+}
+
 KernelSpec with_tile(KernelSpec spec, const TileChoice& t) {
   spec.tile = t.tile;
   spec.stages = t.stages;
@@ -103,6 +116,9 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
                            : mean_rows < kW4LargeTileMinRows    ? kW4Small
                            : mean_rows < kW4PrefillTileMinRows || spec.fusion.gather_a ? kW4Large
                                                                 : kW4Prefill);
+    // Static: the dynamic scheduler (a tuner candidate) ran slower on 4-bit weights, same process
+    // on the H100 (docs/perf.md v10): geomean 0.93 (MXFP4) and 0.90 (NVFP4) of static's speed over
+    // the 40 suite cases, slower on 39 (MXFP4) and 33 (NVFP4) of 40, decode to prefill.
     spec.scheduler = Scheduler::static_persistent;
     spec.validate();
     return spec;
@@ -113,7 +129,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.family = KernelFamily::hopper;
     const bool wide = mean_rows >= kFp8WideTileMinRows || problem.k >= kFp8WideTileMinK;
     spec = with_tile(spec, mean_rows < kFp8LargeTileMinRows ? kFp8Small : wide ? kFp8Wide : kFp8Large);
-    spec.scheduler = Scheduler::static_persistent;
+    spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
     spec.validate();
     return spec;
   }
@@ -126,14 +142,8 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec = with_tile(spec, mean_rows <= 64 ? kPortableSmall : kPortableLarge);
     if (arch.sm() == 86 || arch.sm() == 89) spec.stages = 3;  // 99 KB of shared memory per block
   }
-  // Several groups make tiles of uneven cost: hand them out dynamically. Measured on the H100
-  // (docs/results/2026-11-23-tune-tiles.csv, v2 bench): dynamic wins on Mixtral up 16384 (642 vs
-  // 599 TFLOP/s), Mixtral up 1024 (0.99 vs 1.15 ms) and Qwen3 16384 (592/603 vs 515/570); static
-  // wins by 3% on Mixtral down 16384 and by 2% on DeepSeek-V3 up 16384. Since v4 half-empty tiles
-  // cost half, static CTAs drift apart and stop sharing B in L2: DeepSeek-V3 up 16384 274 vs 578.
-  long long n_tiles = (problem.n + spec.tile.n - 1) / spec.tile.n;
-  long long tiles = (rows / spec.tile.m + active) * n_tiles;
-  spec.scheduler = active > 1 && tiles > std::max(sm_count, 1) ? Scheduler::dynamic : Scheduler::static_persistent;
+  spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
+  const long long tiles = (rows / spec.tile.m + active) * ((problem.n + spec.tile.n - 1) / spec.tile.n);
   // CTA pairs sharing A (TMA multicast) pull 40 instead of 48 KB per k-block from L2: measured on
   // the H100 (docs/perf.md, v4) +7-9% on long compute-bound launches (Mixtral 16384 up/down,
   // DeepSeek-V3 16384 up), but 1-20% slower with short K (Qwen3, K = 768/2048) or short launches
@@ -192,18 +202,23 @@ std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family) {
     for (const TileChoice& t : {kW4Tiny, kW4Small, kW4Large, kW4Prefill})
       for (DType b : {DType::mxfp4, DType::nvfp4})
         for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
-          for (DType c : {DType::bf16, DType::f16}) {
-            KernelSpec s;
-            s.family = KernelFamily::hopper;
-            s.arch = arch;
-            s.layout = layout;
-            s.a = DType::bf16;
-            s.b = b;
-            s.c = c;
-            s = with_tile(s, t);
-            s.validate();
-            out.push_back(s);
-          }
+          for (DType c : {DType::bf16, DType::f16})
+            for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {
+              // The scheduler is independent of C's type (only the final conversion differs):
+              // dynamic with bf16 C only, to keep the GPU tests' time.
+              if (sched == Scheduler::dynamic && c != DType::bf16) continue;
+              KernelSpec s;
+              s.family = KernelFamily::hopper;
+              s.arch = arch;
+              s.layout = layout;
+              s.a = DType::bf16;
+              s.b = b;
+              s.c = c;
+              s.scheduler = sched;
+              s = with_tile(s, t);
+              s.validate();
+              out.push_back(s);
+            }
     return out;
   }
   // Portable: the 16-bit family's configs with 4-bit B (its tiles, layouts, C types, schedulers).
@@ -232,17 +247,20 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
   if (!hopper_capable(arch)) return {};
   for (const TileChoice& t : {kFp8Small, kFp8Large, kFp8Wide})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
-      for (DType c : {DType::bf16, DType::f16, DType::f32}) {
-        KernelSpec s;
-        s.family = KernelFamily::hopper;
-        s.arch = arch;
-        s.layout = layout;
-        s.a = s.b = DType::e4m3;
-        s.c = c;
-        s = with_tile(s, t);
-        s.validate();
-        out.push_back(s);
-      }
+      for (DType c : {DType::bf16, DType::f16, DType::f32})
+        for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {
+          if (sched == Scheduler::dynamic && c == DType::f16) continue;  // as bf16 C but for the conversion
+          KernelSpec s;
+          s.family = KernelFamily::hopper;
+          s.arch = arch;
+          s.layout = layout;
+          s.a = s.b = DType::e4m3;
+          s.c = c;
+          s.scheduler = sched;
+          s = with_tile(s, t);
+          s.validate();
+          out.push_back(s);
+        }
   return out;
 }
 

@@ -364,7 +364,6 @@ void KernelSpec::validate() const {
         !(tile.m == 128 && tile.n == 192 && tile.k == 128))
       fail("tile {}x{}x{} (FP8 allows: 128x128x128|128x192x128|64x256x128; K = one 128-wide scale block)", tile.m,
            tile.n, tile.k);
-    if (scheduler != Scheduler::static_persistent) fail("sched=dynamic (the FP8 kernel has the static scheduler only so far)");
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (FP8: 1x1)", cluster_m, cluster_n);
   } else if (is_weight_only_4bit()) {
     // 4-bit weight-only kernel (kernel_templates/moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh):
@@ -376,7 +375,6 @@ void KernelSpec::validate() const {
       fail("tile {}x{}x{} (4-bit weights allow: 16|32|64|128|256 tokens x 128 weight rows, or 64|128 tokens x 256 "
            "weight rows, x 64 K)", tile.m, tile.n, tile.k);
     if (c == DType::f32) fail("c=f32 (the 4-bit kernel writes 16-bit C so far: bf16|f16)");
-    if (scheduler != Scheduler::static_persistent) fail("sched=dynamic (the 4-bit kernel has the static scheduler only so far)");
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (4-bit: 1x1)", cluster_m, cluster_n);
   } else {
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());

@@ -29,12 +29,14 @@
 #include "moejit/hopper/warpgroup.cuh"
 #include "moejit/hopper/epilogue.cuh"
 #include "moejit/hopper/fused_epilogue.cuh"
+#include "moejit/hopper/tile_ring.cuh"
 #include "moejit/hopper_fp8/wgmma_fp8_ops.cuh"
 
 namespace moejit::hopper {
 
 constexpr int kFp8BlockK = 128;  // K elements per stage = per scale block = one 128-byte swizzle row
 
+// Stages + 2048: 1024 to align them (128B swizzle atoms) and the barriers and tile ring.
 template <int kBlockM, int kBlockN, int kStages>
 __host__ __device__ constexpr int fp8_smem_bytes() {
   return kStages * (kBlockM + kBlockN) * kFp8BlockK + 2048;
@@ -66,7 +68,13 @@ __device__ __forceinline__ void scale_columns_fp8(float (&acc)[kWgN / 2], const 
   }
 }
 
-template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class Fuse = NoFusion, bool kChannelScalesB = false>
+// kScheduler: static (CTA c takes tiles c, c + gridDim.x, ...) or dynamic (the producer takes each
+// tile from the launch's counter and hands it to the consumers through a TileRing): groups of
+// uneven size make tiles of uneven cost, and the dynamic one keeps every SM busy to the end.
+// A 128-row tile whose group ends in its first half leaves consumer 1 without rows: it only
+// passes the stages on (half the MMA time for such a tile).
+template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class Fuse = NoFusion,
+          bool kChannelScalesB = false, int kScheduler = kSchedulerStatic>
 __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                                  const FusionParams* f = nullptr) {
@@ -87,6 +95,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   constexpr unsigned kABytes = kBlockM * kRowBytes;
   constexpr unsigned kBBytes = kBlockN * kRowBytes;
   constexpr int kConsumerWarps = 8;
+  constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
 
   extern __shared__ unsigned char moejit_smem[];
   const unsigned smem_base = smem_addr(moejit_smem);
@@ -94,6 +103,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   const unsigned b_stages = a_stages + kStages * kABytes;
   const unsigned full_bars = b_stages + kStages * kBBytes;
   const unsigned empty_bars = full_bars + 8 * kStages;
+  TileRing<> ring(empty_bars + 8 * kStages);
+  static_assert(1023 + 16 * kStages + TileRing<>::kBytes <= 2048, "barriers and tile ring past the 2048 spare bytes");
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(tma_a);
@@ -102,6 +113,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       mbarrier_init(full_bars + 8 * st, 1);
       mbarrier_init(empty_bars + 8 * st, kConsumerWarps);
     }
+    if constexpr (kDynamic) ring.init(kConsumerWarps);
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -113,11 +125,19 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   TileCoord tile;
 
   if (warpgroup == 0) {
-    warpgroup_release_registers<40>();
+    // One thread issues every copy (and fetches the dynamic scheduler's tiles): 24 registers, so
+    // that the consumers get 240 (128 x 24 + 256 x 240 = 64512); at 232 the fused 128x192 kernel
+    // with bias and a GLU spilled 4 bytes once the tile ring was added.
+    warpgroup_release_registers<24>();
     if (threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;
-      for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+      for (int tile_iter = 0;; ++tile_iter) {
+        const int tile_index = kDynamic ? ring.publish(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
+        if (!cursor.seek(p, tile_index, tile)) {
+          if constexpr (kDynamic) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
+          break;
+        }
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + tile.n_block * kBlockN;
         for (int kb = 0; kb < num_k_blocks; ++kb) {
@@ -131,7 +151,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       }
     }
   } else {
-    warpgroup_claim_registers<232>();
+    warpgroup_claim_registers<240>();
     const int consumer = warpgroup - 1;
     const int lane = threadIdx.x % 32;
     const int warp_in_group = (threadIdx.x / 32) % 4;
@@ -146,7 +166,19 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     float part[kAccRegs];
     int stage = 0;
     unsigned phase = 0;
-    for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+    for (int tile_iter = 0;; ++tile_iter) {
+      const int tile_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
+      if (!cursor.seek(p, tile_index, tile)) break;
+      if (!kSplitN && tile.m_block * kBlockM + tile_row0 >= tile.group_rows) {
+        // No rows for this consumer: only hand the stages back. A separate loop: a wgmma under a
+        // divergent branch makes ptxas serialize all of them (C7520).
+        for (int kb = 0; kb < num_k_blocks; ++kb) {
+          mbarrier_wait(full_bars + 8 * stage, phase);
+          if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+        continue;
+      }
       const int m_warp = tile.m_block * kBlockM + tile_row0 + warp_in_group * 16;  // group-local
       const int n0 = tile.n_block * kBlockN + tile_col0;
       // This thread's two accumulator rows (h = 0, 1): A-scale pointers, or null past the group.

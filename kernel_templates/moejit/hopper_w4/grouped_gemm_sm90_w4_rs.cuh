@@ -30,6 +30,7 @@
 #include "moejit/hopper/gather.cuh"
 #include "moejit/hopper/wgmma.cuh"
 #include "moejit/hopper/warpgroup.cuh"
+#include "moejit/hopper/tile_ring.cuh"
 #include "moejit/hopper_w4/e2m1.cuh"
 #include "moejit/hopper_w4/wgmma_rs_ops.cuh"
 
@@ -185,8 +186,11 @@ __host__ __device__ constexpr int w4rs_ctas_per_sm() {
 // rows with cp.async by the producer warpgroup (as the bf16 Hopper kernel does for A); the epilogue
 // fusions are applied on the transposed accumulator (w4_fused_store below). Not implemented here:
 // glu=split (a tile would need two half blocks of packed weights) and atomic (C is 16-bit).
+// kScheduler: static, or dynamic (thread 0 of the producer takes each tile from the launch's
+// counter and hands it through a TileRing to the consumers and, with fuse=gather, to producer
+// warps 1-3; warp 0's lanes get it by a shuffle).
 template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP4, class Fuse = NoFusion,
-          int kRowsW = 128>
+          int kRowsW = 128, int kScheduler = kSchedulerStatic>
 __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
                                                    const FusionParams* f = nullptr) {
   static_assert(!Fuse::glu_split && !Fuse::atomic, "4-bit Hopper kernel: no split GLU, no atomic combine");
@@ -204,6 +208,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   constexpr int kAccRegs = Mma::kRegs;
   constexpr unsigned kXBytes = kTokens * 128;  // 64 K of BF16 per token row
   constexpr int kConsumerThreads = 256;  // each arrives on a stage's empty barrier (retire below)
+  constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
   // Registers: one CTA per SM starts every thread at 168 (65536 / 384, rounded down to 8), two at
   // 80 (65536 / 768); the producer gives back all but kProducerRegs and the consumers take what
   // that frees: (384 x 168 - 128 x 24) / 256 = 240, or 232 beside the gathering producer, which
@@ -221,6 +226,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   const unsigned w_stages = x_stages + kStages * kXBytes;
   const unsigned full_bars = w_stages + kStages * kBlocks * kBlockBytes;
   const unsigned empty_bars = full_bars + 8 * kStages;
+  TileRing<> ring(empty_bars + 8 * kStages);
+  static_assert(1023 + 16 * kStages + TileRing<>::kBytes <= 2048, "barriers and tile ring past the 2048 spare bytes");
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(tma_a);
@@ -229,6 +236,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       mbarrier_init(full_bars + 8 * st, Fuse::gather && !Fuse::gather_tma ? 1 + 128 : 1);
       mbarrier_init(empty_bars + 8 * st, kConsumerThreads);
     }
+    if constexpr (kDynamic) ring.init(8 + (Fuse::gather ? 3 : 0));  // consumer warps (+ producer warps 1-3)
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -254,7 +262,21 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       GatherRowsTmaSm90<kTokens> tma_rows;
       int stage = 0;
       unsigned phase = 0;
-      for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+      for (int tile_iter = 0;; ++tile_iter) {
+        int tile_index = (int)(blockIdx.x + tile_iter * gridDim.x);
+        if constexpr (kDynamic) {
+          if (threadIdx.x < 32) {
+            int published = 0;
+            if (threadIdx.x == 0) published = ring.publish(p.tile_counter);
+            tile_index = __shfl_sync(0xffffffffu, published, 0);
+          } else {
+            tile_index = ring.take((int)threadIdx.x % 32);
+          }
+        }
+        if (!cursor.seek(p, tile_index, tile)) {
+          if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
+          break;
+        }
         const int x_row = tile.row_begin + tile.m_block * kTokens;
         const int rows_valid = tile.group_rows - tile.m_block * kTokens;
         if constexpr (Fuse::gather_tma)
@@ -283,7 +305,12 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     } else if (threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;
-      for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+      for (int tile_iter = 0;; ++tile_iter) {
+        const int tile_index = kDynamic ? ring.publish(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
+        if (!cursor.seek(p, tile_index, tile)) {
+          if constexpr (kDynamic) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
+          break;
+        }
         const int x_row = tile.row_begin + tile.m_block * kTokens;
         const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, num_k_blocks, kBlockBytes);
         for (int kb = 0; kb < num_k_blocks; ++kb) {
@@ -413,7 +440,9 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       mbarrier_arrive(empty_bars + 8 * done_stage);
     };
     unsigned frag0[kSlices][4][4], frag1[kSlices][4][4];
-    for (int tile_index = blockIdx.x; cursor.seek(p, tile_index, tile); tile_index += gridDim.x) {
+    for (int tile_iter = 0;; ++tile_iter) {
+      const int tile_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
+      if (!cursor.seek(p, tile_index, tile)) break;
       // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both
       // fragment sets stay in fixed registers.
       if (num_k_blocks > 0) {

@@ -1,0 +1,72 @@
+// Dynamic tile scheduling inside one CTA (FP8 and 4-bit kernels): the producer's thread 0 takes
+// each tile number from the launch's global counter (common/scheduler.cuh) and hands it to the
+// warps that walk the same tiles through a small ring of shared-memory slots guarded by mbarriers.
+// The bf16 kernel (grouped_gemm_sm90.cuh) has its own copy of this ring with the CTA-pair paths.
+//
+// Fetched on demand: fetching one number ahead (to hide the atomic's round trip) reserves a tile
+// for a CTA that is still busy, and with fewer tiles than CTAs (decode) half the CTAs did all the
+// work: the 4-bit kernel's Mixtral down at 16 tokens took 2x as long (H100, docs/perf.md v10).
+//
+// Every reader is one lane per warp (lane 0 reads the slot, releases it, and shares the number
+// with its warp by a shuffle), so a slot's empty barrier counts the reading warps.
+#pragma once
+#include "moejit/common/scheduler.cuh"
+#include "moejit/hopper/mbarrier.cuh"
+
+namespace moejit::hopper {
+
+template <int kSlots = 4>
+struct TileRing {
+  // Bytes the ring takes in shared memory (8-byte aligned): full and empty barriers, then slots.
+  static constexpr unsigned kBytes = kSlots * (8 + 8 + 4);
+
+  unsigned full_bars, empty_bars, slots_addr;
+  int slot = 0;
+  unsigned phase = 0;
+
+  __device__ __forceinline__ explicit TileRing(unsigned base)
+      : full_bars(base), empty_bars(base + 8 * kSlots), slots_addr(base + 16 * kSlots) {}
+
+  // Thread 0, before the CTA's first barrier sync: `readers` warps take each number.
+  __device__ __forceinline__ void init(unsigned readers) const {
+    for (int r = 0; r < kSlots; ++r) {
+      mbarrier_init(full_bars + 8 * r, 1);
+      mbarrier_init(empty_bars + 8 * r, readers);
+    }
+  }
+
+  // The producer's thread 0: the next tile number (past the last tile once the launch's tiles are
+  // handed out; then call finish), published to the readers.
+  __device__ __forceinline__ int publish(int* counter) {
+    const int tile = fetch_next_tile(counter);
+    mbarrier_wait(empty_bars + 8 * slot, phase ^ 1);
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(slots_addr + 4 * slot), "r"(tile) : "memory");
+    mbarrier_arrive(full_bars + 8 * slot);  // release: the store is visible to whoever sees the phase flip
+    advance();
+    return tile;
+  }
+
+  // The producer's thread 0 once publish returned `tile`, the first number past the last of
+  // `total` tiles: exactly gridDim.x fetches land past the end, and the launch's last one
+  // (total + gridDim.x - 1) resets the counter for the next launch (no memset between launches).
+  __device__ __forceinline__ static void finish(int* counter, int tile, int total) { release_tile_counter(counter, tile, total); }
+
+  // A reading warp (all lanes): the next tile number.
+  __device__ __forceinline__ int take(int lane) {
+    int tile = 0;
+    if (lane == 0) {
+      mbarrier_wait(full_bars + 8 * slot, phase);
+      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(tile) : "r"(slots_addr + 4 * slot) : "memory");
+      mbarrier_arrive(empty_bars + 8 * slot);
+    }
+    advance();
+    return __shfl_sync(0xffffffffu, tile, 0);
+  }
+
+ private:
+  __device__ __forceinline__ void advance() {
+    if (++slot == kSlots) slot = 0, phase ^= 1;
+  }
+};
+
+}  // namespace moejit::hopper
