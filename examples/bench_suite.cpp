@@ -99,13 +99,15 @@ std::vector<std::uint8_t> scale_pattern(std::mt19937& rng) {
 }
 
 // Whole pre-arranged 4-bit blocks (formats.hpp, "W4 SM90"): random codes, then valid scales
-// (E8M0 118..127, E4M3 0x30..0x47: 0.25 .. 3.75).
+// (stored MXFP4 scales 118..127 with row exponent 0, E4M3 0x30..0x47: 0.25 .. 3.75). Code bytes
+// stay below 0x80 (the upper code's sign +), so that a kernel reading the layout before its row
+// exponents (v9) sees only scales <= 2^1 wherever it looks: the templates A/B of docs/perf.md v10.
 std::vector<std::uint8_t> w4_pattern(std::mt19937& rng, moejit::DType format) {
   const std::size_t block = format == moejit::DType::nvfp4 ? 6144 : 5120;
   std::vector<std::uint8_t> out((16 << 20) / block * block);
   for (std::size_t i = 0; i < out.size(); ++i) {
     const unsigned r = rng();
-    if (i % block < 4096) out[i] = static_cast<std::uint8_t>(r);
+    if (i % block < 4096) out[i] = static_cast<std::uint8_t>(r & 0x7F);  // < 0x80: also a scale <= 2^1 (A/B, v10)
     else out[i] = static_cast<std::uint8_t>(format == moejit::DType::nvfp4 ? 0x30 + r % 24 : 118 + r % 10);
   }
   return out;
@@ -222,8 +224,20 @@ int main(int argc, char** argv) {
                                                                                           : moejit::QuantFormat::mxfp4);
       if (format == "nvfp4") b_scale_bytes = (std::size_t)m.experts * 4;
       check(cudaMalloc(&d_b, b_bytes), "cudaMalloc B");
-      if (fp8 || w4) fill_pattern(d_b, b_bytes, codes_pattern);
-      else fill_random(d_b, b_bytes, rng);
+      if (w4) {
+        // One 128-row run of the packed layout (formats.hpp): its header (MXFP4's row exponents,
+        // 0 here) and K blocks taken from the pattern, repeated over every run of every expert.
+        const std::size_t blocks = (k + 63) / 64, runs = (std::size_t)m.experts * ((n + 127) / 128);
+        const std::size_t block_bytes = format == "nvfp4" ? 6144 : 5120, run_bytes = b_bytes / runs;
+        std::vector<std::uint8_t> run(run_bytes, 0);
+        const std::size_t header = run_bytes - blocks * block_bytes;
+        for (std::size_t i = 0; i < blocks * block_bytes; ++i) run[header + i] = codes_pattern[i % codes_pattern.size()];
+        fill_pattern(d_b, b_bytes, run);
+      } else if (fp8) {
+        fill_pattern(d_b, b_bytes, codes_pattern);
+      } else {
+        fill_random(d_b, b_bytes, rng);
+      }
       if (b_scale_bytes) {
         check(cudaMalloc(&d_b_scales, b_scale_bytes), "cudaMalloc B scales");
         fill_pattern(d_b_scales, b_scale_bytes, scales_pattern);

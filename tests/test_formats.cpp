@@ -519,26 +519,35 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
   const std::vector<float> x = uneven_rows(shape, 21);
   const Mxfp4Tensor mx = quantize_mxfp4(x.data(), shape);
   const Nvfp4Tensor nv = quantize_nvfp4(x.data(), shape);
-  CHECK(w4_sm90_packed_bytes(shape, QuantFormat::mxfp4) == 2 * 2 * 2 * 5120);
+  // MXFP4: 2 experts x 2 runs of (128-byte row-exponent header + 2 blocks); NVFP4 has no header.
+  constexpr std::size_t kMxRun = 128 + 2 * 5120;
+  CHECK(w4_sm90_packed_bytes(shape, QuantFormat::mxfp4) == 2 * 2 * kMxRun);
   CHECK(w4_sm90_packed_bytes(shape, QuantFormat::nvfp4) == 2 * 2 * 2 * 6144);
   const std::vector<std::uint8_t> pm = pack_w4_sm90(mx), pn = pack_w4_sm90(nv);
-  REQUIRE(pm.size() == 2 * 2 * 2 * 5120);
+  REQUIRE(pm.size() == 2 * 2 * kMxRun);
   REQUIRE(pn.size() == 2 * 2 * 2 * 6144);
+  // Rows scaled by up to 2^8 have block scales above 2^1: their scales are stored relative to the
+  // row's exponent (checked for every element below), here for some rows.
+  int rows_with_exponent = 0;
+  for (std::size_t run = 0; run < 4; ++run)
+    for (int i = 0; i < 128; ++i) rows_with_exponent += pm[run * kMxRun + i] != 0;
+  CHECK(rows_with_exponent > 0);
+  auto mx_exponent = [&](int g, int r) { return pm[(std::size_t)g * 2 * kMxRun + (r / 128) * kMxRun + r % 128]; };
 
   // Expert 1, row block 0, K block 1; consumer w = 1, thread t = 37 (warp 1, lane 5: r0 = 64 + 16 + 1
   // = 81, c = 1); code byte kk = 1, i = 3: row r1 = 89, K = 64 + 16 + 2 + 8 = 90 (and 91).
-  const std::size_t mx_block = ((1 * 2 + 0) * 2 + 1) * 5120;
+  const std::size_t mx_block = (1 * 2 + 0) * kMxRun + 128 + 1 * 5120;
   CHECK(pm[mx_block + (128 + 37) * 16 + 1 * 4 + 3] == mx.data[((1 * 200 + 89) * 96 + 90) / 2]);
   // MXFP4 scale byte j = 3: row r1 = 89, 32-block 2 * 1 + 1 = 3 (past K = 96: padding 127).
   CHECK(pm[mx_block + 4096 + (128 + 37) * 4 + 3] == 127);
   // j = 1: row 89, 32-block 2 (K 64..95).
-  CHECK(pm[mx_block + 4096 + (128 + 37) * 4 + 1] == mx.scales[(1 * 200 + 89) * 3 + 2]);
+  CHECK(pm[mx_block + 4096 + (128 + 37) * 4 + 1] + mx_exponent(1, 89) == mx.scales[(1 * 200 + 89) * 3 + 2]);
   // NVFP4 scale byte j = 2: row r0 = 81, 16-block 4 * 1 + 1 = 5 (K 80..95).
   const std::size_t nv_block = ((1 * 2 + 0) * 2 + 1) * 6144;
   CHECK(pn[nv_block + 4096 + (128 + 37) * 8 + 2] == nv.scales[(1 * 200 + 81) * 6 + 5]);
   CHECK(pn[nv_block + 4096 + (128 + 37) * 8 + 7] == 0);  // 16-block 7: past K, scale 0
   // Rows past N = 200 in the second row block: zero codes.
-  const std::size_t last = ((0 * 2 + 1) * 2 + 0) * 5120;
+  const std::size_t last = (0 * 2 + 1) * kMxRun + 128;
   CHECK(pm[last + (128 + 127) * 16] == 0);  // w = 1, t = 127: r0 = 128 + 64 + 48 + 7 = 247
 
   // The offsets the portable kernel reads through (kernel_templates/moejit/common/w4_layout.cuh)
@@ -548,11 +557,13 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
     for (int r = 0; r < 200; ++r)
       for (int k = 0; k < 96; k += 2) {
         const W4Offsets m = w4_sm90_offsets(r, k, k_blocks64, false), v = w4_sm90_offsets(r, k, k_blocks64, true);
-        const std::size_t mx_at = ((std::size_t)g * n_blocks * k_blocks64 + m.block) * 5120;
-        const std::size_t nv_at = ((std::size_t)g * n_blocks * k_blocks64 + v.block) * 6144;
+        const std::size_t mx_at = (std::size_t)g * n_blocks * kMxRun + m.block;
+        const std::size_t nv_at = (std::size_t)g * n_blocks * k_blocks64 * 6144 + v.block;
+        REQUIRE(v.exponent == -1);
+        REQUIRE(m.exponent == (r / 128) * (std::int64_t)kMxRun + r % 128);
         const std::size_t element = ((std::size_t)g * 200 + r) * 96 + k;
         REQUIRE(pm[mx_at + m.code] == mx.data[element / 2]);
-        REQUIRE(pm[mx_at + m.scale] == mx.scales[element / 32]);
+        REQUIRE(pm[mx_at + m.scale] + pm[(std::size_t)g * n_blocks * kMxRun + m.exponent] == mx.scales[element / 32]);
         REQUIRE(pn[nv_at + v.code] == nv.data[element / 2]);
         REQUIRE(pn[nv_at + v.scale] == nv.scales[element / 16]);
         if (k % 8 == 0)
@@ -570,10 +581,87 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
   require_invalid_argument([&] { w4_sm90_packed_bytes(shape, QuantFormat::fp8_e4m3); }, "format=fp8_e4m3");
   require_invalid_argument([&] { w4_sm90_packed_bytes({1, 8, 48}, QuantFormat::mxfp4); }, "shape.k=48");
   std::vector<std::uint8_t> short_packed(pm.begin(), pm.end() - 1);
-  require_invalid_argument([&] { unpack_mxfp4_w4_sm90(short_packed, shape); }, "packed has 40959 entries");
+  require_invalid_argument([&] { unpack_mxfp4_w4_sm90(short_packed, shape); }, "packed has 41471 entries");
   Nvfp4Tensor no_scales = nv;
   no_scales.tensor_scales.clear();
   require_invalid_argument([&] { pack_w4_sm90(no_scales); }, "weights.tensor_scales has 0 entries");
+}
+
+// MXFP4 rows whose block scales exceed 2^1 are stored relative to a row exponent (formats.hpp), so
+// that the Hopper kernel widens every code pair with one multiply; NaN blocks and the flush of
+// blocks more than 2^128 below their row's largest, pinned byte for byte.
+TEST_CASE("w4 sm90 pack: MXFP4 row exponents, NaN blocks, flushed blocks, experts packed one by one", "[formats][w4]") {
+  const QuantShape shape{2, 130, 128};  // 4 scale blocks per row; rows 128, 129 in a second run
+  const std::vector<float> x = normal_values(shape.elements(), 7);  // N(0, 1): block scales <= 2^0
+  Mxfp4Tensor mx = quantize_mxfp4(x.data(), shape);
+  auto scale = [&](int g, int r, int blk) -> std::uint8_t& { return mx.scales[(g * 130 + r) * 4 + blk]; };
+  auto set_codes = [&](int g, int r, int blk, std::uint8_t byte) {
+    for (int i = 0; i < 16; ++i) mx.data[((g * 130 + r) * 128 + blk * 32) / 2 + i] = byte;
+  };
+  for (int g = 0; g < 2; ++g)
+    for (int r = 0; r < 130; ++r)
+      for (int blk = 0; blk < 4; ++blk) set_codes(g, r, blk, 0x21);  // nonzero codes everywhere
+  scale(0, 3, 1) = 200;                          // row 3: largest 200 -> exponent 72
+  scale(0, 3, 0) = 72;                           // stored 0 (exactly at the window's bottom)
+  scale(0, 3, 2) = 71, scale(0, 3, 3) = 0xFF;    // below the window: flushed; NaN
+  scale(1, 129, 0) = 254, scale(1, 129, 2) = 0;  // expert 1, row 129: exponent 126; block 2 flushed
+  set_codes(1, 129, 3, 0x00), scale(1, 129, 3) = 3;  // an all-zero block below the window: kept, s' = 0
+  scale(1, 5, 2) = 0xFF;                         // a NaN block in a row of small scales
+
+  const std::vector<std::uint8_t> packed = pack_w4_sm90(mx);
+  constexpr std::size_t kRun = 128 + 2 * 5120, kExpert = 2 * kRun;
+  auto stored_scale = [&](int g, int r, int k) {
+    const W4Offsets at = w4_sm90_offsets(r, k, 2, false);
+    return packed[g * kExpert + at.block + at.scale];
+  };
+  auto stored_code = [&](int g, int r, int k) {
+    const W4Offsets at = w4_sm90_offsets(r, k, 2, false);
+    return packed[g * kExpert + at.block + at.code];
+  };
+  auto exponent = [&](int g, int r) { return packed[g * kExpert + w4_sm90_offsets(r, 0, 2, false).exponent]; };
+  CHECK(exponent(0, 3) == 72);
+  CHECK(stored_scale(0, 3, 32) == 128);
+  CHECK(stored_scale(0, 3, 0) == 0);
+  CHECK((stored_scale(0, 3, 64) == 0 && stored_code(0, 3, 64) == 0));    // flushed
+  CHECK((stored_scale(0, 3, 96) == 129 && stored_code(0, 3, 96) == 0));  // NaN marker, zero codes
+  CHECK(exponent(1, 129) == 126);
+  CHECK(stored_scale(1, 129, 0) == 128);
+  CHECK((stored_scale(1, 129, 64) == 0 && stored_code(1, 129, 64) == 0));
+  CHECK(stored_scale(1, 129, 96) == 0);
+  CHECK(exponent(1, 5) == 0);
+  CHECK((stored_scale(1, 5, 64) == 129 && stored_code(1, 5, 64) == 0));
+  CHECK(exponent(0, 4) == 0);
+  CHECK(stored_scale(0, 4, 0) == scale(0, 4, 0));
+  CHECK(packed[1 * kExpert + kRun + 2] == 0);  // expert 1, second run, row 130: past N
+
+  // Every stored scale is at most 129 (the Hopper kernel's one-multiply range, plus the NaN marker).
+  for (int g = 0; g < 2; ++g)
+    for (int r = 0; r < 130; ++r)
+      for (int k = 0; k < 128; k += 32) REQUIRE(stored_scale(g, r, k) <= 129);
+
+  // Unpacked: the same values but for the flushed blocks; NaN blocks NaN.
+  const Mxfp4Tensor back = unpack_mxfp4_w4_sm90(packed, shape);
+  const std::vector<float> want = dequantize(mx), got = dequantize(back);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const std::int64_t row = (std::int64_t)i / 128, blk = ((std::int64_t)i % 128) / 32;
+    const bool flushed = (row == 3 && blk == 2) || (row == 130 + 129 && blk == 2);
+    if (std::isnan(want[i])) REQUIRE(std::isnan(got[i]));
+    else REQUIRE(got[i] == (flushed ? 0.f : want[i]));
+  }
+  CHECK(back.scales[(0 * 130 + 3) * 4 + 1] == 200);
+  CHECK(back.scales[(0 * 130 + 3) * 4 + 3] == 0xFF);
+
+  // Experts packed one by one concatenate into the whole tensor's packing.
+  std::vector<std::uint8_t> concatenated;
+  for (int g = 0; g < 2; ++g) {
+    Mxfp4Tensor one;
+    one.shape = {1, 130, 128};
+    one.data.assign(mx.data.begin() + g * 130 * 64, mx.data.begin() + (g + 1) * 130 * 64);
+    one.scales.assign(mx.scales.begin() + g * 130 * 4, mx.scales.begin() + (g + 1) * 130 * 4);
+    const std::vector<std::uint8_t> part = pack_w4_sm90(one);
+    concatenated.insert(concatenated.end(), part.begin(), part.end());
+  }
+  CHECK(concatenated == packed);
 }
 
 // ---- Quantizer error (docs/perf.md, "Quantizer error") ----

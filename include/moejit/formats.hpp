@@ -46,19 +46,30 @@
 //
 //   W4 SM90 (pack_w4_sm90): MXFP4 / NVFP4 weights [E][N][K] pre-arranged for the Hopper weight-only
 //   kernel (GroupedGemmArgs::b with b_type = mxfp4 | nvfp4; spec b=mxfp4|nvfp4); the portable
-//   family reads the same layout. Blocks of 128
-//   weight rows x 64 K, ordered [E][ceil(N/128)][ceil(K/64)], each one contiguous run of
-//   block_bytes = 4096 + 1024 (MXFP4) or 4096 + 2048 (NVFP4) bytes, one bulk copy per stage:
+//   family reads the same layout. Per expert, per 128 weight rows (ceil(N/128) runs, experts one
+//   after another, so experts packed one by one concatenate into the whole tensor): a header of
+//   header_bytes = 128 (MXFP4: byte i is the exponent e of row 128 nb + i, 0 past N) or 0 (NVFP4),
+//   then ceil(K/64) blocks of 128 weight rows x 64 K, each one contiguous run of block_bytes =
+//   4096 + 1024 (MXFP4) or 4096 + 2048 (NVFP4) bytes, one bulk copy per stage:
 //     bytes [0, 4096):   [w 0..1][t 0..127][16 bytes of codes]
 //     bytes [4096, ...): [w 0..1][t 0..127][4 (MXFP4) or 8 (NVFP4) bytes of scales]
 //   with warp = t / 32, lane = t % 32, r0 = 128 nb + 64 w + 16 warp + lane / 4, r1 = r0 + 8,
 //   c = lane % 4 (the m64k16 register fragment of wgmma's A operand, so each thread widens exactly
 //   the elements it multiplies): code byte 4 kk + i (kk = 0..3) holds the E2M1 codes (low nibble =
 //   lower K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] and the next K.
-//   Scale byte j: row {r0, r1}[j % 2]; MXFP4: E8M0 of 32-block 2 kb + j / 2 (j = 0..3);
-//   NVFP4: E4M3 of 16-block 4 kb + j / 2 (j = 0..7). Rows past N and K past the end: code 0,
-//   scale E8M0 127 (1.0) / E4M3 0. NVFP4's per-expert fp32 tensor scales are not in the blocks:
-//   they are GroupedGemmArgs::b_tensor_scales (Nvfp4Tensor::tensor_scales as they are).
+//   Scale byte j: row {r0, r1}[j % 2]; MXFP4: 32-block 2 kb + j / 2 (j = 0..3); NVFP4: E4M3 of
+//   16-block 4 kb + j / 2 (j = 0..7). Rows past N and K past the end: code 0, scale 127 (MXFP4)
+//   / E4M3 0. NVFP4's per-expert fp32 tensor scales are not in the blocks: they are
+//   GroupedGemmArgs::b_tensor_scales (Nvfp4Tensor::tensor_scales as they are).
+//   MXFP4 scales are stored relative to their row's exponent e = max(0, largest E8M0 scale of the
+//   row's nonzero finite blocks - 128): stored s' = s - e in 0..128, so that the Hopper kernel
+//   widens each code pair with one exact BF16 multiply by 2^(s' - 1); the kernels multiply each
+//   row's sums by 2^e (e = 0 for any realistic weights: a block scale above 2^1 needs |w| > 8).
+//   A NaN block (E8M0 0xFF) is stored as s' = 129 with zero codes (NaN out, as the format says).
+//   A nonzero block more than 2^128 below its row's largest is flushed to zero (s' = 0, codes 0):
+//   the one case where the layout does not hold the tensor exactly. All-zero blocks keep any s'.
+//   unpack_mxfp4_w4_sm90 returns s' + e (0xFF for a NaN block): the original codes and scales but
+//   for NaN blocks' codes, flushed blocks and the scales of all-zero blocks.
 //
 // Rounding and special values, the same in every quantizer:
 //   - elements round to nearest, ties to even;

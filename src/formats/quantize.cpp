@@ -10,6 +10,7 @@
 
 #include "moejit/errors.hpp"
 #include "moejit/formats.hpp"
+#include "moejit/common/w4_layout.cuh"  // the W4 SM90 byte layout, shared with the kernels
 
 namespace moejit {
 namespace {
@@ -315,25 +316,79 @@ struct W4Layout {
   int scale_block;        // K elements per scale: 32 (MXFP4) or 16 (NVFP4)
   int scales_per_thread;  // 4 or 8
   std::uint8_t pad_scale; // scale of rows past N / K past the end
-  std::int64_t block_bytes() const { return 4096 + 256 * scales_per_thread; }
+  bool nvfp4;
+  std::int64_t block_bytes() const { return w4_sm90_block_bytes(nvfp4); }
+  std::int64_t header_bytes() const { return w4_sm90_header_bytes(nvfp4); }
+  std::int64_t run_bytes(std::int64_t k_blocks) const { return header_bytes() + k_blocks * block_bytes(); }
 };
 
 W4Layout w4_layout(const char* function, QuantFormat format) {
-  if (format == QuantFormat::mxfp4) return {kMxfp4Block, 4, 127};
-  if (format == QuantFormat::nvfp4) return {kNvfp4Block, 8, 0};
+  if (format == QuantFormat::mxfp4) return {kMxfp4Block, 4, 127, false};
+  if (format == QuantFormat::nvfp4) return {kNvfp4Block, 8, 0, true};
   bad(function, "format={} (expected mxfp4 or nvfp4)", format_name(format));
 }
 
-// Calls visit(code_byte_offset, group, row, k) for each code byte (k = the lower of its two K) and
-// visit_scale(scale_byte_offset, group, row, scale_block) for each scale byte of the packed layout.
-template <typename Code, typename Scale>
-void for_each_w4_byte(QuantShape shape, const W4Layout& layout, Code&& visit, Scale&& visit_scale) {
+// MXFP4 in the W4 SM90 layout (formats.hpp): each row's block scales are stored relative to a
+// row exponent e = max(0, largest scale of a nonzero finite block - 128), so that every stored
+// scale is <= 128 and the Hopper kernel widens each code pair with one multiply (2^(s - 1) must be
+// a BF16 number); the kernels multiply the row's sums by 2^e. A NaN block (scale 0xFF) is stored
+// as scale 129 with zero codes (the kernel's factor is then infinity, and 0 x inf is NaN). Blocks
+// more than 2^128 below their row's largest are flushed to zero (scale 0, zero codes); all-zero
+// blocks keep any scale in range.
+constexpr std::uint8_t kW4NanScale = 129;
+
+struct RebasedMxfp4 {
+  Mxfp4Tensor tensor;                    // stored codes and scales
+  std::vector<std::uint8_t> exponents;   // [batches][rows]
+};
+
+RebasedMxfp4 rebase_mxfp4_rows(const Mxfp4Tensor& in) {
+  RebasedMxfp4 out{in, std::vector<std::uint8_t>(static_cast<std::size_t>(in.shape.batches * in.shape.rows), 0)};
+  const std::int64_t blocks_per_row = in.shape.k / kMxfp4Block, bytes_per_block = kMxfp4Block / 2;
+  auto zero_codes = [](const std::uint8_t* codes, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i)
+      if ((codes[i] & 0x77) != 0) return false;  // a code of magnitude 0 is +-0
+    return true;
+  };
+  for (std::int64_t row = 0; row < in.shape.batches * in.shape.rows; ++row) {
+    const std::uint8_t* scales = in.scales.data() + row * blocks_per_row;
+    const std::uint8_t* codes = in.data.data() + row * blocks_per_row * bytes_per_block;
+    int largest = -1;
+    for (std::int64_t b = 0; b < blocks_per_row; ++b)
+      if (scales[b] != 0xFF && !zero_codes(codes + b * bytes_per_block, bytes_per_block))
+        largest = std::max(largest, static_cast<int>(scales[b]));
+    const int e = std::max(0, largest - 128);
+    out.exponents[row] = static_cast<std::uint8_t>(e);
+    for (std::int64_t b = 0; b < blocks_per_row; ++b) {
+      std::uint8_t& stored = out.tensor.scales[row * blocks_per_row + b];
+      std::uint8_t* stored_codes = out.tensor.data.data() + (row * blocks_per_row + b) * bytes_per_block;
+      const int scale = scales[b];
+      const bool zero = zero_codes(codes + b * bytes_per_block, bytes_per_block);
+      if (scale == 0xFF || (scale < e && !zero)) {  // NaN, or flushed
+        stored = scale == 0xFF ? kW4NanScale : 0;
+        std::fill(stored_codes, stored_codes + bytes_per_block, 0);
+      } else {
+        stored = static_cast<std::uint8_t>(std::clamp(scale - e, 0, 128));  // exact unless all-zero
+      }
+    }
+  }
+  return out;
+}
+
+// Calls visit(code_byte_offset, group, row, k) for each code byte (k = the lower of its two K),
+// visit_scale(scale_byte_offset, group, row, scale_block) for each scale byte and (MXFP4)
+// visit_exponent(byte_offset, group, row) for each row-exponent byte of the packed layout.
+template <typename Code, typename Scale, typename Exponent>
+void for_each_w4_byte(QuantShape shape, const W4Layout& layout, Code&& visit, Scale&& visit_scale,
+                      Exponent&& visit_exponent) {
   const std::int64_t n_blocks = ceil_div(shape.rows, 128), k_blocks = ceil_div(shape.k, 64);
-  const std::int64_t block_bytes = layout.block_bytes();
+  const std::int64_t block_bytes = layout.block_bytes(), run_bytes = layout.run_bytes(k_blocks);
   for (std::int64_t g = 0; g < shape.batches; ++g)
-    for (std::int64_t nb = 0; nb < n_blocks; ++nb)
+    for (std::int64_t nb = 0; nb < n_blocks; ++nb) {
+      const std::int64_t run = (g * n_blocks + nb) * run_bytes;
+      for (std::int64_t i = 0; i < layout.header_bytes(); ++i) visit_exponent(run + i, g, nb * 128 + i);
       for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
-        const std::int64_t base = ((g * n_blocks + nb) * k_blocks + kb) * block_bytes;
+        const std::int64_t base = run + layout.header_bytes() + kb * block_bytes;
         for (int w = 0; w < 2; ++w)
           for (int t = 0; t < 128; ++t) {
             const int warp = t / 32, lane = t % 32, c = lane % 4;
@@ -346,10 +401,13 @@ void for_each_w4_byte(QuantShape shape, const W4Layout& layout, Code&& visit, Sc
                           kb * (64 / layout.scale_block) + j / 2);
           }
       }
+    }
 }
 
+// exponents: MXFP4's row exponents ([batches][rows]; rows past N get 0), empty for NVFP4.
 template <typename Tensor>
-std::vector<std::uint8_t> pack_w4(const char* function, const Tensor& tensor, QuantFormat format) {
+std::vector<std::uint8_t> pack_w4(const char* function, const Tensor& tensor, QuantFormat format,
+                                  const std::vector<std::uint8_t>& exponents = {}) {
   const QuantShape shape = tensor.shape;
   const W4Layout layout = w4_layout(function, format);
   check_shape(function, shape, layout.scale_block, format_name(format));
@@ -365,6 +423,9 @@ std::vector<std::uint8_t> pack_w4(const char* function, const Tensor& tensor, Qu
       [&](std::int64_t at, std::int64_t g, std::int64_t r, std::int64_t blk) {
         out[at] = r < shape.rows && blk < scale_cols ? tensor.scales[(g * shape.rows + r) * scale_cols + blk]
                                                      : layout.pad_scale;
+      },
+      [&](std::int64_t at, std::int64_t g, std::int64_t r) {
+        out[at] = r < shape.rows ? exponents[g * shape.rows + r] : 0;
       });
   return out;
 }
@@ -379,6 +440,7 @@ Tensor unpack_w4(const char* function, const std::vector<std::uint8_t>& packed, 
   out.data.resize(static_cast<std::size_t>(shape.elements() / 2));
   out.scales.resize(static_cast<std::size_t>(shape.elements() / layout.scale_block));
   const std::int64_t scale_cols = shape.k / layout.scale_block;
+  std::vector<std::uint8_t> exponents(layout.nvfp4 ? 0 : static_cast<std::size_t>(shape.batches * shape.rows));
   for_each_w4_byte(
       shape, layout,
       [&](std::int64_t at, std::int64_t g, std::int64_t r, std::int64_t k) {
@@ -386,7 +448,17 @@ Tensor unpack_w4(const char* function, const std::vector<std::uint8_t>& packed, 
       },
       [&](std::int64_t at, std::int64_t g, std::int64_t r, std::int64_t blk) {
         if (r < shape.rows && blk < scale_cols) out.scales[(g * shape.rows + r) * scale_cols + blk] = packed[at];
+      },
+      [&](std::int64_t at, std::int64_t g, std::int64_t r) {
+        if (r < shape.rows) exponents[g * shape.rows + r] = packed[at];
       });
+  // MXFP4: stored scales back to E8M0 (row exponent added; 129 marks a NaN block).
+  if (!layout.nvfp4)
+    for (std::size_t i = 0; i < out.scales.size(); ++i) {
+      const std::uint8_t stored = out.scales[i];
+      const int scale = stored == kW4NanScale ? 0xFF : stored + exponents[i / scale_cols];
+      out.scales[i] = static_cast<std::uint8_t>(std::min(scale, 0xFF));
+    }
   return out;
 }
 
@@ -396,11 +468,16 @@ std::int64_t w4_sm90_packed_bytes(QuantShape shape, QuantFormat format) {
   const char* function = "w4_sm90_packed_bytes";
   const W4Layout layout = w4_layout(function, format);
   check_shape(function, shape, layout.scale_block, format_name(format));
-  return shape.batches * ceil_div(shape.rows, 128) * ceil_div(shape.k, 64) * layout.block_bytes();
+  return shape.batches * ceil_div(shape.rows, 128) * layout.run_bytes(ceil_div(shape.k, 64));
 }
 
 std::vector<std::uint8_t> pack_w4_sm90(const Mxfp4Tensor& weights) {
-  return pack_w4("pack_w4_sm90(Mxfp4Tensor)", weights, QuantFormat::mxfp4);
+  const char* function = "pack_w4_sm90(Mxfp4Tensor)";
+  check_shape(function, weights.shape, kMxfp4Block, "mxfp4");
+  check_size(function, "weights.data", weights.data, weights.shape.elements() / 2, weights.shape);
+  check_size(function, "weights.scales", weights.scales, weights.shape.elements() / kMxfp4Block, weights.shape);
+  const RebasedMxfp4 rebased = rebase_mxfp4_rows(weights);
+  return pack_w4(function, rebased.tensor, QuantFormat::mxfp4, rebased.exponents);
 }
 
 std::vector<std::uint8_t> pack_w4_sm90(const Nvfp4Tensor& weights) {

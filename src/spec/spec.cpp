@@ -367,12 +367,13 @@ void KernelSpec::validate() const {
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (FP8: 1x1)", cluster_m, cluster_n);
   } else if (is_weight_only_4bit()) {
     // 4-bit weight-only kernel (kernel_templates/moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh):
-    // tile M = tokens per tile (the wgmma's N), N = weight rows (128, or 256 with 64|128 tokens),
+    // tile M = tokens per tile (the wgmma's N), N = weight rows (128, or 256 with 64 tokens: with
+    // 128 tokens ptxas spills 96 bytes once the MXFP4 widening lost its second path, docs/perf.md v10),
     // 64 K per stage.
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
     const bool tokens_ok = tile.m == 16 || tile.m == 32 || tile.m == 64 || tile.m == 128 || tile.m == 256;
-    if (!tokens_ok || !(tile.n == 128 || (tile.n == 256 && tile.m >= 64 && tile.m <= 128)) || tile.k != 64)
-      fail("tile {}x{}x{} (4-bit weights allow: 16|32|64|128|256 tokens x 128 weight rows, or 64|128 tokens x 256 "
+    if (!tokens_ok || !(tile.n == 128 || (tile.n == 256 && tile.m == 64)) || tile.k != 64)
+      fail("tile {}x{}x{} (4-bit weights allow: 16|32|64|128|256 tokens x 128 weight rows, or 64 tokens x 256 "
            "weight rows, x 64 K)", tile.m, tile.n, tile.k);
     if (c == DType::f32) fail("c=f32 (the 4-bit kernel writes 16-bit C so far: bf16|f16)");
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (4-bit: 1x1)", cluster_m, cluster_n);
@@ -403,8 +404,9 @@ std::string operand_formats(const KernelSpec& spec) {
   } else if (spec.is_weight_only_4bit()) {
     out += fmt::format("A  {} {}[K]\n", moejit::to_text(spec.a), rows);
     if (spec.b == DType::mxfp4)
-      out += "B  mxfp4 (E2M1 + E8M0 scale per 32 K) pre-arranged by pack_w4_sm90: [E][ceil(N/128)][ceil(K/64)] "
-             "blocks of 5120 bytes (fragment-order codes, then scales)\n";
+      out += "B  mxfp4 (E2M1 + E8M0 scale per 32 K) pre-arranged by pack_w4_sm90: [E][ceil(N/128)] runs of a "
+             "128-byte row-exponent header and ceil(K/64) blocks of 5120 bytes (fragment-order codes, then scales "
+             "relative to the row exponent)\n";
     else
       out += "B  nvfp4 (E2M1 + E4M3 scale per 16 K) pre-arranged by pack_w4_sm90: [E][ceil(N/128)][ceil(K/64)] "
              "blocks of 6144 bytes (fragment-order codes, then scales); b_tensor_scales fp32 [E]\n";

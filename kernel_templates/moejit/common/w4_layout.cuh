@@ -14,10 +14,23 @@
 
 namespace moejit {
 
+// Bytes of one block of 128 weight rows x 64 K: 4096 of codes + the scales (MXFP4 one per 32 K,
+// NVFP4 one per 16 K, per row).
+__host__ __device__ constexpr int w4_sm90_block_bytes(bool nvfp4) { return nvfp4 ? 6144 : 5120; }
+// Bytes before each 128-row block's run of K blocks: MXFP4's row exponents (one byte per row; the
+// stored scales are relative to them, formats.hpp), none for NVFP4.
+__host__ __device__ constexpr int w4_sm90_header_bytes(bool nvfp4) { return nvfp4 ? 0 : 128; }
+// Bytes of one 128-row block's run: the header, then k_blocks64 blocks. An expert is
+// ceil(N / 128) runs.
+__host__ __device__ constexpr long long w4_sm90_run_bytes(int k_blocks64, bool nvfp4) {
+  return w4_sm90_header_bytes(nvfp4) + static_cast<long long>(k_blocks64) * w4_sm90_block_bytes(nvfp4);
+}
+
 struct W4Offsets {
-  long long block;  // index of the 128-row x 64-K block inside its expert: (r / 128) * k_blocks64 + k / 64
-  int code;         // byte of the block holding the codes of (r, k) and (r, k + 1); k even
-  int scale;        // byte of the block holding the scale of (r, k)
+  long long block;     // byte offset, inside its expert, of the 128-row x 64-K block holding (r, k)
+  long long exponent;  // MXFP4: byte offset, inside its expert, of row r's exponent; NVFP4: -1
+  int code;            // byte of the block holding the codes of (r, k) and (r, k + 1); k even
+  int scale;           // byte of the block holding the scale of (r, k)
 };
 
 // Weight row r (N index) and K index k (even) of one expert; k_blocks64 = ceil(K / 64).
@@ -25,8 +38,10 @@ __host__ __device__ inline W4Offsets w4_sm90_offsets(int r, int k, int k_blocks6
   const int rr = r % 128, w = rr / 64, warp = (rr % 64) / 16, h = (rr % 16) / 8, q = rr % 8;
   const int kin = k % 64, kk = kin / 16, half = (kin % 16) / 8, c = (kin % 8) / 2;
   const int thread0 = w * 128 + warp * 32 + q * 4;  // the fragment thread of c = 0 (lane = 4 q + c)
+  const long long run = static_cast<long long>(r / 128) * w4_sm90_run_bytes(k_blocks64, nvfp4);
   W4Offsets out;
-  out.block = static_cast<long long>(r / 128) * k_blocks64 + k / 64;
+  out.block = run + w4_sm90_header_bytes(nvfp4) + static_cast<long long>(k / 64) * w4_sm90_block_bytes(nvfp4);
+  out.exponent = nvfp4 ? -1 : run + rr;
   out.code = (thread0 + c) * 16 + kk * 4 + h + 2 * half;
   out.scale = 4096 + thread0 * (nvfp4 ? 8 : 4) + h + 2 * (nvfp4 ? kk : kin / 32);
   return out;

@@ -9,12 +9,15 @@
 // Weights are pre-arranged offline (fragment order; moejit::pack_w4_sm90 in formats.hpp makes it)
 // so that each consumer thread's bytes of a stage are 16 contiguous bytes of codes and 4 (MXFP4)
 // or 8 (NVFP4) of scales. Block (group g, weight rows 128 nb.., K 64 kb..) is 5120 (MXFP4) or
-// 6144 (NVFP4) contiguous bytes, blocks ordered [g][ceil(N/128)][ceil(K/64)]:
+// 6144 (NVFP4) contiguous bytes, blocks ordered [g][ceil(N/128)][ceil(K/64)], each 128-row run of
+// K blocks after a header (common/w4_layout.cuh: MXFP4 one exponent byte per row, NVFP4 none):
 //   [consumer w 0..1][thread t 0..127][16 B codes]   then   [w][t][4 or 8 B scales]
 // With warp = t / 32, lane = t % 32, r0 = 128 nb + 64 w + 16 warp + lane / 4, r1 = r0 + 8,
 // c = lane % 4: code byte 4 kk + i (k step kk = 0..3 of 16) holds the two E2M1 codes (low nibble =
 // lower K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] (+0, +1).
-// MXFP4 scale byte j (0..3): E8M0 of row {r0, r1}[j % 2], 32-block 2 kb + j / 2.
+// MXFP4 scale byte j (0..3): row {r0, r1}[j % 2], 32-block 2 kb + j / 2: the E8M0 scale minus the
+// row's exponent (0..128; 129 marks a NaN block, whose codes are 0); the row's sums are multiplied
+// by 2^exponent before C is rounded.
 // NVFP4 scale byte j (0..7): E4M3 of row {r0, r1}[j % 2], 16-block 4 kb + j / 2; the expert's
 // fp32 tensor scale (GroupedGemmParams::scale_b_tensor[g]) multiplies the FP32 accumulator once,
 // before C is rounded (code x block scale is exact in BF16: 2 x 4 significant bits).
@@ -24,6 +27,7 @@
 #include "moejit/common/types.cuh"
 #include "moejit/common/scheduler.cuh"
 #include "moejit/common/fusion.cuh"
+#include "moejit/common/w4_layout.cuh"
 #include "moejit/hopper/smem.cuh"
 #include "moejit/hopper/mbarrier.cuh"
 #include "moejit/hopper/tma.cuh"
@@ -36,13 +40,11 @@
 
 namespace moejit::hopper {
 
-constexpr unsigned kW4BlockBytes = 5120;  // one pre-arranged MXFP4 block: 4096 B codes + 1024 B scales
-
 // Bytes of one pre-arranged block: 4096 of codes (128 rows x 64 K) + one scale byte per 32 (MXFP4)
 // or per 16 (NVFP4) K of each row.
 template <int kFormat>
 __host__ __device__ constexpr unsigned w4_block_bytes() {
-  return kFormat == kNVFP4 ? 6144u : 5120u;
+  return static_cast<unsigned>(w4_sm90_block_bytes(kFormat == kNVFP4));
 }
 
 // Plain (non-tensor) bulk copy of `bytes` contiguous bytes into shared memory, completing on an mbarrier.
@@ -134,19 +136,20 @@ __device__ __forceinline__ void w4_store(const GroupedGemmParams& p, const float
   }
 }
 
-// The pre-arranged weight blocks ([g][ceil(N/128)][ceil(K/64)], kBlockBytes each) of one tile's
-// kBlocks x 128 weight rows, for the producer: block s of the stage is the tile's 128-row block s,
-// or, past the last block (a ragged 256-row tile), the last block again (its rows are not stored).
+// The pre-arranged weight blocks ([g][ceil(N/128)][ceil(K/64)], kBlockBytes each, each 128-row run
+// after its header) of one tile's kBlocks x 128 weight rows, for the producer: block s of the stage
+// is the tile's 128-row block s, or, past the last block (a ragged 256-row tile), the last block
+// again (its rows are not stored).
 template <int kBlocks>
 struct WeightBlocks {
   const unsigned char* first[kBlocks];  // block s at K block 0
-  __device__ __forceinline__ WeightBlocks(const void* b, const TileCoord& tile, int n_blocks, int num_k_blocks,
-                                          unsigned block_bytes) {
+  __device__ __forceinline__ WeightBlocks(const void* b, const TileCoord& tile, int n_blocks, long long run_bytes,
+                                          unsigned header_bytes) {
 #pragma unroll
     for (int s = 0; s < kBlocks; ++s) {
       const int nb = min(tile.n_block * kBlocks + s, n_blocks - 1);
-      first[s] = static_cast<const unsigned char*>(b) +
-                 (static_cast<long long>(tile.group) * n_blocks + nb) * num_k_blocks * block_bytes;
+      first[s] = static_cast<const unsigned char*>(b) + (static_cast<long long>(tile.group) * n_blocks + nb) * run_bytes +
+                 header_bytes;
     }
   }
   // K block kb of every block, into consecutive kBlockBytes slots from `dst`, completing on `bar`.
@@ -197,7 +200,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   static_assert(kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 256,
                 "tokens per tile: 16, 32, 64, 128 or 256");
   static_assert(kFormat == kMXFP4 || kFormat == kNVFP4, "4-bit weights: MXFP4 or NVFP4");
-  static_assert(kRowsW == 128 || (kRowsW == 256 && kTokens <= 128), "weight rows per tile: 128, or 256 with <= 128 tokens");
+  static_assert(kRowsW == 128 || (kRowsW == 256 && kTokens == 64), "weight rows per tile: 128, or 256 with 64 tokens");
   static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW>() <= 232448, "stages do not fit in 227 KB");
   constexpr unsigned kBlockBytes = w4_block_bytes<kFormat>();
   constexpr unsigned kScaleBytes = kFormat == kNVFP4 ? 8 : 4;  // per consumer thread per stage
@@ -243,6 +246,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 
   const int num_k_blocks = (p.k + 63) / 64;
   const int n_blocks = (p.n + 127) / 128;  // pre-arranged 128-row blocks (two per 256-row tile)
+  constexpr unsigned kHeaderBytes = w4_sm90_header_bytes(kFormat == kNVFP4);
+  const long long run_bytes = w4_sm90_run_bytes(num_k_blocks, kFormat == kNVFP4);
   const int warpgroup = threadIdx.x / 128;
   // Tiles: group-major, tokens as the cursor's "M" side, weight rows as its "N" side.
   GroupTileCursor<kLayout, kTokens, kRowsW> cursor;
@@ -283,7 +288,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
           tma_rows.load_tokens(f->gather_rows, x_row, rows_valid, f->num_tokens, (int)threadIdx.x);
         else
           rows.load_tokens(f->gather_rows, x_row, rows_valid, f->num_tokens, p.k);
-        const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, num_k_blocks, kBlockBytes);
+        const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, run_bytes, kHeaderBytes);
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
           const unsigned full = full_bars + 8 * stage;
@@ -312,7 +317,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
           break;
         }
         const int x_row = tile.row_begin + tile.m_block * kTokens;
-        const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, num_k_blocks, kBlockBytes);
+        const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, run_bytes, kHeaderBytes);
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
           const unsigned full = full_bars + 8 * stage;
@@ -333,7 +338,6 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     // [w][thread] order). 128 rows: block 0, part = consumer; 256 rows: block = consumer, part = i.
     const int slice_block = kBlocks == 2 ? consumer : 0;  // the same for both slices
     auto slice_part = [&](int i) { return kBlocks == 2 ? i : consumer; };
-    constexpr unsigned kTwoPow126x2 = 0x7E807E80u;  // BF16 2^126 in both halves
     constexpr unsigned kTwoPow117x2 = 0x7A007A00u;  // BF16 2^117 in both halves
 
     float acc[kSlices][kAccRegs];
@@ -349,39 +353,25 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(codes[0]), "=r"(codes[1]), "=r"(codes[2]), "=r"(codes[3])
                    : "r"(w_stage + my_codes));
-      // Scale (bf16x2, both halves) of rows r0 / r1 (j % 2) per scale block of this K block (j / 2).
-      // One multiply per code pair where the factor 2^126 x scale fits BF16: MXFP4 when no E8M0
-      // scale of the warp's stage exceeds 2^1 (byte 128; weights' block scales sit far below), by
-      // 2^(s - 1) = 2^126 * 2^(s - 127), a normal BF16 for s <= 128 (s = 0: 2^-1); otherwise two, by
-      // 2^126 and then the scale (a warp-uniform branch over whole registers). NVFP4 always one,
-      // by its E4M3 scale x 2^117 (at most 448 x 2^117 < 2^126): the weights reach wgmma as
-      // value x 2^-9 (exact: 2 x 4 significant bits, >= 2^-19) and the accumulator gets the 2^9
-      // back with the expert's fp32 scale.
+      // Scale (bf16x2, both halves) of rows r0 / r1 (j % 2) per scale block of this K block (j / 2):
+      // one exact multiply per code pair. MXFP4 by 2^(s - 1) = 2^126 * 2^(s - 127), a normal BF16 for
+      // every stored s (0..128: the packer stores scales relative to the row's exponent, which the
+      // epilogue multiplies back; 129, a NaN block's, gives infinity, and 0 x inf = NaN). (A
+      // second, two-multiply path for scales above 2^1 made ptxas serialize the 64-token tile's
+      // wgmmas, C7512, docs/perf.md v9-v10.) NVFP4 by its E4M3 scale x 2^117 (at most 448 x 2^117 <
+      // 2^126): the weights reach wgmma as value x 2^-9 (exact: 2 x 4 significant bits, >= 2^-19)
+      // and the accumulator gets the 2^9 back with the expert's fp32 scale.
       constexpr int kScales = kScaleBytes;
-      unsigned first_factor[kScales], row_scale[kScales];
-      bool one_multiply = false;
+      unsigned first_factor[kScales];
       if constexpr (kFormat == kNVFP4) {
         asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(scales[0]), "=r"(scales[1]) : "r"(w_stage + my_scales));
 #pragma unroll
         for (int j = 0; j < kScales; ++j)
           first_factor[j] = bf16x2_mul(e4m3_to_bf16x2((scales[j / 4] >> (8 * (j % 4))) & 0xFF), kTwoPow117x2);
-        one_multiply = true;
       } else {
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(scales[0]) : "r"(w_stage + my_scales));
-        // A byte above 128: its top bit and any of its low seven (their sum with 0x7F carries into bit 7).
-        const unsigned x = scales[0];
-        const bool above_128 = (x & ((x & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) & 0x80808080u) != 0;
-        one_multiply = !__any_sync(0xffffffffu, above_128);
-        if (one_multiply) {
 #pragma unroll
-          for (int j = 0; j < kScales; ++j) first_factor[j] = (((x >> (8 * j)) & 0xFF) + 126u) * 0x00800080u;
-        } else {
-#pragma unroll
-          for (int j = 0; j < kScales; ++j) {
-            row_scale[j] = e8m0_to_bf16x2((x >> (8 * j)) & 0xFF);
-            first_factor[j] = kTwoPow126x2;
-          }
-        }
+        for (int j = 0; j < kScales; ++j) first_factor[j] = (((scales[0] >> (8 * j)) & 0xFF) + 126u) * 0x00800080u;
       }
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -392,14 +382,6 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         const int block = kFormat == kNVFP4 ? kk : kk / 2;
 #pragma unroll
         for (int i = 0; i < 4; ++i) frag[kk][i] = bf16x2_mul(bits[i], first_factor[(i & 1) + 2 * block]);
-      }
-      if (!one_multiply) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const int block = kFormat == kNVFP4 ? kk : kk / 2;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) frag[kk][i] = bf16x2_mul(frag[kk][i], row_scale[(i & 1) + 2 * block]);
-        }
       }
     };
     auto widen = [&](unsigned (&frag)[kSlices][4][4]) {
@@ -443,6 +425,26 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     for (int tile_iter = 0;; ++tile_iter) {
       const int tile_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
       if (!cursor.seek(p, tile_index, tile)) break;
+      // acc register 4j + 2h + e of slice i: weight row slice_row(i) + 8h, token 8j + 2(lane%4) + e.
+      auto slice_row = [&](int i) {
+        return tile.n_block * kRowsW + slice_block * 128 + slice_part(i) * 64 + warp_in_group * 16 + lane / 4;
+      };
+      // MXFP4: this thread's rows' exponents (formats.hpp), byte 2i + h for row slice_row(i) + 8h,
+      // read at the tile's start so that the loads' latency hides behind the k-loop; one register
+      // across it. A
+      // ragged 256-row tile's second block may lie past N: it reads the last block's header (its
+      // rows are not stored).
+      unsigned row_exponents = 0;
+      if constexpr (kFormat == kMXFP4) {
+#pragma unroll
+        for (int i = 0; i < kSlices; ++i) {
+          const int row = slice_row(i);
+          const unsigned char* header = static_cast<const unsigned char*>(p.b) +
+                                        (static_cast<long long>(tile.group) * n_blocks + min(row / 128, n_blocks - 1)) * run_bytes;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) row_exponents |= (unsigned)__ldg(header + row % 128 + 8 * h) << (8 * (2 * i + h));
+        }
+      }
       // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both
       // fragment sets stay in fixed registers.
       if (num_k_blocks > 0) {
@@ -474,12 +476,21 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         for (int i = 0; i < kSlices; ++i)
 #pragma unroll
           for (int r = 0; r < kAccRegs; ++r) acc[i][r] *= tensor_scale;
+      } else {
+        // MXFP4: x 2^exponent per weight row (exact; an FP32 power of two for every exponent 0..126).
+#pragma unroll
+        for (int i = 0; i < kSlices; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float factor = __uint_as_float((((row_exponents >> (8 * (2 * i + h))) & 0xFFu) + 127u) << 23);
+#pragma unroll
+            for (int j = 0; j < kAccRegs / 4; ++j) acc[i][4 * j + 2 * h] *= factor, acc[i][4 * j + 2 * h + 1] *= factor;
+          }
       }
       const int token_base = tile.m_block * kTokens + 2 * (lane % 4);
 #pragma unroll
       for (int i = 0; i < kSlices; ++i) {
-        // acc register 4j + 2h + e: weight row 16 warp + lane/4 + 8h of the slice, token 8j + 2(lane%4) + e.
-        const int n_base = tile.n_block * kRowsW + slice_block * 128 + slice_part(i) * 64 + warp_in_group * 16 + lane / 4;
+        const int n_base = slice_row(i);
         if constexpr (Fuse::epilogue)
           w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
         else

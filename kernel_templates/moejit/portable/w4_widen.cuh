@@ -158,12 +158,12 @@ struct W4WidenLoader {
   static constexpr int kChunksPerRow = kBlockK / 8;
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   static constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
-  static constexpr int kBlockBytes = kFormat == kNVFP4 ? 6144 : 5120;  // 128 rows x 64 K
+  static constexpr bool kNv = kFormat == kNVFP4;
   static constexpr int kScaleBytes = kFormat == kNVFP4 ? 8 : 4;        // per fragment thread
   static_assert(kThreads % kChunksPerRow == 0, "a pass of the CTA must cover whole rows");
   static_assert(kBlockK % 16 == 0 && 64 % kBlockK == 0, "k-blocks must tile the 64-wide packed blocks");
 
-  const unsigned char* group_blocks;  // this expert's first packed block
+  const unsigned char* group_blocks;  // this expert's packed weights (its first 128-row run)
   int k_blocks64;                     // packed blocks per 128 rows
   int row;                            // this thread's row of pass 0, inside the tile
   int tile_col;                       // first weight row (N index) of the tile
@@ -178,7 +178,7 @@ struct W4WidenLoader {
     k_offset = ((int)threadIdx.x % kChunksPerRow) * 8;
     k_blocks64 = (k + 63) / 64;
     const long long n_blocks = (n + 127) / 128;
-    group_blocks = static_cast<const unsigned char*>(packed) + group * n_blocks * k_blocks64 * kBlockBytes;
+    group_blocks = static_cast<const unsigned char*>(packed) + group * n_blocks * w4_sm90_run_bytes(k_blocks64, kNv);
     tile_col = first_row;
     rows_valid = rows_present;
     dst = (unsigned)(row * kPitch + k_offset) * 2u;
@@ -195,10 +195,13 @@ struct W4WidenLoader {
         // Fragment position of (weight row r, K kabs .. kabs + 7) in the packed block (formats.hpp);
         // K pair kabs + 2c, + 1 lives in fragment thread c, 16 bytes after thread c - 1's.
         const int weight_row = kSplit ? split_glu_tile_row(local, tile_col / 2, half_n) : tile_col + local;
-        const W4Offsets at = w4_sm90_offsets(weight_row, kabs, k_blocks64, kFormat == kNVFP4);
-        const unsigned char* block = group_blocks + at.block * kBlockBytes;
+        const W4Offsets at = w4_sm90_offsets(weight_row, kabs, k_blocks64, kNv);
+        const unsigned char* block = group_blocks + at.block;
         const unsigned scale_byte = __ldg(block + at.scale);
-        const unsigned scale = kFormat == kNVFP4 ? e4m3_to_bf16x2_sm80(scale_byte) : hopper::e8m0_to_bf16x2(scale_byte);
+        // MXFP4: the stored scale is relative to the row's exponent; 129 marks a NaN block (formats.hpp).
+        const unsigned scale =
+            kNv ? e4m3_to_bf16x2_sm80(scale_byte)
+                : hopper::e8m0_to_bf16x2(scale_byte == 129u ? 255u : min(scale_byte + __ldg(group_blocks + at.exponent), 255u));
         const unsigned char* codes = block + at.code;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
