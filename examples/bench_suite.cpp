@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "moe_models.hpp"
+#include "spec_overrides.hpp"
 #include "moejit/moejit.hpp"
 
 namespace {
@@ -111,25 +112,6 @@ std::vector<std::uint8_t> w4_pattern(std::mt19937& rng, moejit::DType format) {
     else out[i] = static_cast<std::uint8_t>(format == moejit::DType::nvfp4 ? 0x30 + r % 24 : 118 + r % 10);
   }
   return out;
-}
-
-// The spec with the fields named in `overrides` ("tile=128x192x64,stages=5") replaced.
-moejit::KernelSpec override_fields(const moejit::KernelSpec& base, const std::string& overrides) {
-  std::map<std::string, std::string> fields;
-  std::vector<std::string> order;
-  for (const std::string& text : {base.to_text(), overrides}) {
-    std::stringstream items(text);
-    for (std::string item; std::getline(items, item, ',');) {
-      auto eq = item.find('=');
-      if (eq == std::string::npos) continue;
-      std::string key = item.substr(0, eq);
-      if (!fields.count(key)) order.push_back(key);
-      fields[key] = item.substr(eq + 1);
-    }
-  }
-  std::string merged;
-  for (auto& key : order) merged += key + "=" + fields[key] + ",";
-  return moejit::KernelSpec::parse(merged);
 }
 
 // "128x256x64 s4 dynamic": the fields the tuner varies.
@@ -320,7 +302,7 @@ int main(int argc, char** argv) {
           for (std::string item; std::getline(list, item, ';');) {
             // An override the chosen spec cannot take (e.g. cluster=2x1 on a decode case's
             // 64-row tile) is skipped with a note on stderr instead of ending the run.
-            moejit::KernelSpec s = override_fields(specs[0], item);
+            moejit::KernelSpec s = moejit::examples::override_fields(specs[0], item);
             try {
               s.validate();
             } catch (const std::exception& e) {

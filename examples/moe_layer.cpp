@@ -32,6 +32,9 @@
 //
 //   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all] [--tokens 16,1024,16384]
 //             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4] [--route-only]
+//             [--gemm1-spec tile=256x128x64,stages=5]
+//   --gemm1-spec: these spec fields replace the heuristic's in the fused GEMM1 (for tuning and
+//   profiling; the plain GEMM1 beside it keeps the heuristic's)
 //   --route-only: time and check route() alone (no weights), e.g. DeepSeek-V3 at 16384 tokens
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -47,6 +50,7 @@
 #include <vector>
 
 #include "moejit/moejit.hpp"
+#include "spec_overrides.hpp"
 
 namespace {
 
@@ -340,7 +344,7 @@ float median(std::vector<float> v) {
 
 bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights, GatherLoad gather_by,
                const void* d_w1, const void* d_w2, const float* d_b1, const float* d_b2, const float* d_bias, int tokens,
-               int check_tokens, int reps) {
+               int check_tokens, int reps, const std::string& gemm1_overrides) {
   const int E = m.experts, K = m.top_k, H = m.hidden, I = m.intermediate;
   const long long rows = (long long)tokens * K;
   std::vector<float> logits = random_logits(m, tokens);
@@ -384,7 +388,13 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   g.down.routing_weights = ra.routing_weights;
   g.down.bias = d_b2;
   g.up.host_groups = g.down.host_groups = offsets;
-  Kernel k1 = rt.kernel(fused_spec(rt, g.up, g.up_fusion));
+  KernelSpec spec1 = fused_spec(rt, g.up, g.up_fusion);
+  if (!gemm1_overrides.empty()) {
+    spec1 = moejit::examples::override_fields(spec1, gemm1_overrides);
+    spec1.validate();
+    fmt::print(stderr, "GEMM1 spec (--gemm1-spec): {}\n", spec1.to_text());
+  }
+  Kernel k1 = rt.kernel(spec1);
   Kernel k2 = rt.kernel(fused_spec(rt, g.down, g.down_fusion));
   // In the layer the offsets stay on the device: no host copy, no synchronization.
   g.up.host_groups = g.down.host_groups = {};
@@ -568,6 +578,7 @@ int main(int argc, char** argv) {
   bool route_only = false, models_bad = false;
   DType weights = DType::bf16;
   GatherLoad gather_by = GatherLoad::cp_async;
+  std::string gemm1_overrides;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--route-only") {
@@ -583,6 +594,7 @@ int main(int argc, char** argv) {
     else if (flag == "--weights" && std::string(value) == "mxfp4") weights = DType::mxfp4;
     else if (flag == "--gather-by" && std::string(value) == "cp_async") gather_by = GatherLoad::cp_async;
     else if (flag == "--gather-by" && std::string(value) == "tma") gather_by = GatherLoad::tma;
+    else if (flag == "--gemm1-spec") gemm1_overrides = value;
     else models_bad = true;
   }
   std::vector<const LayerModel*> models;
@@ -598,7 +610,8 @@ int main(int argc, char** argv) {
   if (models_bad || models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
     fmt::print(stderr,
                "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all (comma-separated)] [--tokens 16,1024,16384] "
-               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4] [--gather-by cp_async|tma] [--route-only]\n",
+               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4] [--gather-by cp_async|tma] [--route-only] "
+               "[--gemm1-spec FIELDS]\n",
                argv[0]);
     return 2;
   }
@@ -626,7 +639,8 @@ int main(int argc, char** argv) {
     float* d_bias = m->correction_bias ? device_copy(w.bias) : nullptr;
     for (int tokens : token_counts) {
       try {
-        all_ok &= run_layer(rt, *m, w, weights, gather_by, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps);
+        all_ok &= run_layer(rt, *m, w, weights, gather_by, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps,
+                            gemm1_overrides);
       } catch (const SpecError& e) {
         fmt::print(stderr, "{} tokens {}: the fused GEMMs are not available in this build: {}\n", m->name, tokens, e.what());
         all_ok = false;

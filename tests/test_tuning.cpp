@@ -265,8 +265,8 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     GemmProblem mid_rows{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 25600, mid, b};
     CHECK(choose_spec(mid_rows, kHopper, 132).tile.m == 128);
     GemmProblem gathered = big;
-    gathered.fusion.gather_a = true;  // the gathering producer keeps 128 tokens x 128 weight rows
-    CHECK((choose_spec(gathered, kHopper, 132).tile.m == 128 && choose_spec(gathered, kHopper, 132).tile.n == 128));
+    gathered.fusion.gather_a = true;  // gathered rows take the prefill tile as well (v10)
+    CHECK((choose_spec(gathered, kHopper, 132).tile.m == 256 && choose_spec(gathered, kHopper, 132).tile.n == 128));
     GemmProblem f32 = big;
     f32.c_type = DType::f32;  // the Hopper 4-bit kernel writes 16-bit C: portable on sm_90a too
     CHECK(choose_spec(f32, kHopper, 132).family == KernelFamily::portable);

@@ -56,8 +56,8 @@ constexpr int kW4LargeTileMinRows = 48;
 // H100, same process, 16384 tokens: MXFP4 +0…+31% over 128 (Mixtral down 7.55 → 5.74 ms), NVFP4
 // +8…+21%; at 4096 tokens 128 still wins where groups hold 128 rows (gpt-oss, DeepSeek-V3), 256
 // where they hold 1024 (Mixtral); at 256 rows (Qwen3) within ±2% but for NVFP4 up (256: +12%).
-// Not with fuse=gather: its producer's cp.async gather of 256-row stages made the MXFP4 GEMM1 of
-// gpt-oss at 16384 tokens 5.68 ms (+52% over plain) where the 128-token tile takes ~4.9.
+// With fuse=gather too since v10's leaner gather (4 instructions per copy instead of ~10): the
+// gpt-oss MXFP4 GEMM1 at 16384 tokens 4.30 ms on it against 4.59 on 128 tokens (plain 4.16).
 constexpr TileChoice kW4Prefill = {{256, 128, 64}, 5, 1, 1};
 constexpr int kW4PrefillTileMinRows = 256;
 // Portable: 8 warps over 128x128 (two CTAs per SM); 64-row tiles when groups are small.
@@ -114,7 +114,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows <= kW4TinyTileMaxRows       ? kW4Tiny
                            : mean_rows < kW4LargeTileMinRows    ? kW4Small
-                           : mean_rows < kW4PrefillTileMinRows || spec.fusion.gather_a ? kW4Large
+                           : mean_rows < kW4PrefillTileMinRows ? kW4Large
                                                                 : kW4Prefill);
     // Static: the dynamic scheduler (a tuner candidate) ran slower on 4-bit weights, same process
     // on the H100 (docs/perf.md v10): geomean 0.93 (MXFP4) and 0.90 (NVFP4) of static's speed over

@@ -15,58 +15,57 @@ template <int kRows>
 struct GatherRowsSm90 {
   static_assert(kRows % 16 == 0, "gathered tiles: a multiple of 16 rows");
   static constexpr int kSteps = gather_steps(kRows);
-  // Per step, the row's first 16-byte chunk in A (token * k / 8), or one of these. 32 bits a row:
-  // the producer has 40 registers, and 64-bit row pointers spilled (A stays under 64 GiB).
-  static constexpr unsigned kNoRow = 0xFFFFFFFFu;    // past the group's end: not copied (nor stored)
-  static constexpr unsigned kZeroRow = 0xFFFFFFFEu;  // token index outside [0, num_tokens): zeros
-  int thread;                                        // 0..127 in the producer warpgroup
+  static_assert(kSteps <= 32, "one bit of read_mask per step");
+  // Per step, the row's first 16-byte chunk in A (token * k / 8), 32 bits a row (the producer has
+  // 40 registers, and 64-bit row pointers spilled; A stays under 64 GiB); 0 where nothing is read.
+  int thread;  // 0..127 in the producer warpgroup
   unsigned row_chunk[kSteps];
+  unsigned read_mask;  // bit s: step s reads its row; else (past the group's end, or a token outside
+                       // [0, num_tokens)) its chunk is zero-filled
 
   __device__ __forceinline__ explicit GatherRowsSm90(int producer_thread) : thread(producer_thread) {}
 
   // This thread's rows for a tile whose tokens are gather_rows[row0, row0 + rows_valid); A is
   // [num_tokens, k] row-major, k % 8 == 0.
   __device__ __forceinline__ void load_tokens(const int* gather_rows, int row0, int rows_valid, int num_tokens, int k) {
+    read_mask = 0;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int r = gather_tile_row(thread, s, kRows);
-      unsigned c = kNoRow;
+      unsigned c = 0;
       if (r < rows_valid) {
         const int t = __ldg(gather_rows + row0 + r);
-        c = (unsigned)t < (unsigned)num_tokens ? (unsigned)t * (unsigned)(k / 8) : kZeroRow;
+        if ((unsigned)t < (unsigned)num_tokens) c = (unsigned)t * (unsigned)(k / 8), read_mask |= 1u << s;
       }
       row_chunk[s] = c;
     }
   }
 
   // Columns [k0, k0 + 64) of this thread's rows into the 1024-byte aligned stage at `stage`;
-  // chunks past k are zero-filled (a chunk is wholly in or out of K).
-  // Lean on purpose (the producer warps share each scheduler with two consumer warps; at ~14
-  // instructions per copy they cost the fused 4-bit GEMM1 +10..+20%, docs/perf.md v7): the source
-  // offset is selected in 32 bits and widened by one multiply-add; the destination is one of two
-  // per-thread bases (the swizzle's row % 8 alternates with the step) plus a constant.
+  // chunks past k are zero-filled (a chunk is wholly in or out of K), as are rows that read nothing
+  // (rows past the group's end are never stored).
+  // Lean on purpose: the producer warps share each scheduler with two consumer warps. Three
+  // instructions per copy (a predicate from the mask, one wide multiply-add for the source, the
+  // copy with ignore-src); the whole-tile state (the mask for this K block, the column's 64-bit
+  // base) is computed once. (Until v10 each copy selected its source and size with ~10
+  // instructions, two of them constant-bank reloads: the 256-token gathered MXFP4 GEMM1 executed
+  // 1.75x the plain kernel's instructions, docs/perf.md v10.)
   __device__ __forceinline__ void copy_k_block(unsigned stage, const void* a, int k, int k0) const {
     const int chunk = gather_chunk(thread);
     const int col = k0 + 8 * chunk;
-    const bool k_valid = col < k;
-    const unsigned col_chunk = (unsigned)col / 8;
+    const unsigned mask = col < k ? read_mask : 0u;
+    const unsigned long long base = reinterpret_cast<unsigned long long>(a) + 2ull * (unsigned)col;
     const unsigned dst_even = stage + sw128_offset(gather_tile_row(thread, 0, kRows), chunk);
     const unsigned dst_odd = stage + sw128_offset(gather_tile_row(thread, 1, kRows), chunk) - 512u;
-    const unsigned long long base = reinterpret_cast<unsigned long long>(a);
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      if (row_chunk[s] == kNoRow) continue;
-      const bool valid = k_valid && row_chunk[s] != kZeroRow;
       const unsigned dst = (s % 2 ? dst_odd : dst_even) + 512u * s;  // row 4 s + ...: 512 bytes per step
-      // Invalid: chunk 0 of A with 0 source bytes (zero-fill), selected in 32 bits before the widening.
       asm volatile(
-          "{\n.reg .pred p;\n.reg .u32 off, bytes;\n.reg .u64 src;\n"
-          "setp.ne.b32 p, %3, 0;\n"
-          "selp.u32 off, %2, 0, p;\n"
-          "selp.u32 bytes, 16, 0, p;\n"
-          "mad.wide.u32 src, off, 16, %1;\n"
-          "cp.async.cg.shared.global [%0], [src], 16, bytes;\n}\n" ::"r"(dst),
-          "l"(base), "r"(row_chunk[s] + col_chunk), "r"((int)valid)
+          "{\n.reg .pred skip;\n.reg .u64 src;\n"
+          "setp.eq.b32 skip, %3, 0;\n"
+          "mad.wide.u32 src, %2, 16, %1;\n"
+          "cp.async.cg.shared.global [%0], [src], 16, skip;\n}\n" ::"r"(dst),
+          "l"(base), "r"(row_chunk[s]), "r"(mask & (1u << s))
           : "memory");
     }
   }

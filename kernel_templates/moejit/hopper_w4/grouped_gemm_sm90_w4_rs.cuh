@@ -219,8 +219,11 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   // more than the CTA holds would hang. The 24-register producer (one thread: TMA and bulk copies)
   // spills nothing (ptxas). (The MXFP4 64-token tile's wgmmas stay serialized, C7512, at 104 as at
   // 96: the cause is the widening's slow-path branch, docs/perf.md v9.)
-  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? 40 : 24;
   constexpr bool kTwoCtas = w4rs_ctas_per_sm<kTokens, kRowsW>() == 2;
+  // A gathering producer with one CTA per SM takes 56 (its consumers 224): distinct address
+  // registers for its copies (at 40 every copy reused one pair, and waited for the previous
+  // copy to have read it).
+  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? (kTwoCtas ? 40 : 56) : 24;
   constexpr int kConsumerRegs = ((kTwoCtas ? 80 : 168) * 384 - 128 * kProducerRegs) / 256 / 8 * 8;
 
   extern __shared__ unsigned char moejit_smem[];
