@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "moejit/errors.hpp"
 #include "moejit/formats.hpp"
@@ -350,21 +351,23 @@ RebasedMxfp4 rebase_mxfp4_rows(const Mxfp4Tensor& in) {
       if ((codes[i] & 0x77) != 0) return false;  // a code of magnitude 0 is +-0
     return true;
   };
+  std::vector<char> zero;  // per block of the row: all codes +-0
   for (std::int64_t row = 0; row < in.shape.batches * in.shape.rows; ++row) {
     const std::uint8_t* scales = in.scales.data() + row * blocks_per_row;
     const std::uint8_t* codes = in.data.data() + row * blocks_per_row * bytes_per_block;
+    zero.resize(static_cast<std::size_t>(blocks_per_row));
     int largest = -1;
-    for (std::int64_t b = 0; b < blocks_per_row; ++b)
-      if (scales[b] != 0xFF && !zero_codes(codes + b * bytes_per_block, bytes_per_block))
-        largest = std::max(largest, static_cast<int>(scales[b]));
+    for (std::int64_t b = 0; b < blocks_per_row; ++b) {
+      zero[b] = zero_codes(codes + b * bytes_per_block, bytes_per_block);
+      if (scales[b] != 0xFF && !zero[b]) largest = std::max(largest, static_cast<int>(scales[b]));
+    }
     const int e = std::max(0, largest - 128);
     out.exponents[row] = static_cast<std::uint8_t>(e);
     for (std::int64_t b = 0; b < blocks_per_row; ++b) {
       std::uint8_t& stored = out.tensor.scales[row * blocks_per_row + b];
       std::uint8_t* stored_codes = out.tensor.data.data() + (row * blocks_per_row + b) * bytes_per_block;
       const int scale = scales[b];
-      const bool zero = zero_codes(codes + b * bytes_per_block, bytes_per_block);
-      if (scale == 0xFF || (scale < e && !zero)) {  // NaN, or flushed
+      if (scale == 0xFF || (scale < e && !zero[b])) {  // NaN, or flushed
         stored = scale == 0xFF ? kW4NanScale : 0;
         std::fill(stored_codes, stored_codes + bytes_per_block, 0);
       } else {
@@ -404,15 +407,12 @@ void for_each_w4_byte(QuantShape shape, const W4Layout& layout, Code&& visit, Sc
     }
 }
 
-// exponents: MXFP4's row exponents ([batches][rows]; rows past N get 0), empty for NVFP4.
+// The packed bytes of checked `tensor`; exponents: MXFP4's row exponents ([batches][rows]; rows
+// past N get 0), empty for NVFP4.
 template <typename Tensor>
-std::vector<std::uint8_t> pack_w4(const char* function, const Tensor& tensor, QuantFormat format,
-                                  const std::vector<std::uint8_t>& exponents = {}) {
+std::vector<std::uint8_t> write_w4(const Tensor& tensor, QuantFormat format, const W4Layout& layout,
+                                   const std::vector<std::uint8_t>& exponents) {
   const QuantShape shape = tensor.shape;
-  const W4Layout layout = w4_layout(function, format);
-  check_shape(function, shape, layout.scale_block, format_name(format));
-  check_size(function, "weights.data", tensor.data, shape.elements() / 2, shape);
-  check_size(function, "weights.scales", tensor.scales, shape.elements() / layout.scale_block, shape);
   std::vector<std::uint8_t> out(static_cast<std::size_t>(w4_sm90_packed_bytes(shape, format)));
   const std::int64_t scale_cols = shape.k / layout.scale_block;
   for_each_w4_byte(
@@ -428,6 +428,22 @@ std::vector<std::uint8_t> pack_w4(const char* function, const Tensor& tensor, Qu
         out[at] = r < shape.rows ? exponents[g * shape.rows + r] : 0;
       });
   return out;
+}
+
+// MXFP4 tensors are rebased on their row exponents first (rebase_mxfp4_rows).
+template <typename Tensor>
+std::vector<std::uint8_t> pack_w4(const char* function, const Tensor& tensor, QuantFormat format) {
+  const QuantShape shape = tensor.shape;
+  const W4Layout layout = w4_layout(function, format);
+  check_shape(function, shape, layout.scale_block, format_name(format));
+  check_size(function, "weights.data", tensor.data, shape.elements() / 2, shape);
+  check_size(function, "weights.scales", tensor.scales, shape.elements() / layout.scale_block, shape);
+  if constexpr (std::is_same_v<Tensor, Mxfp4Tensor>) {
+    const RebasedMxfp4 rebased = rebase_mxfp4_rows(tensor);
+    return write_w4(rebased.tensor, format, layout, rebased.exponents);
+  } else {
+    return write_w4(tensor, format, layout, {});
+  }
 }
 
 template <typename Tensor>
@@ -472,12 +488,7 @@ std::int64_t w4_sm90_packed_bytes(QuantShape shape, QuantFormat format) {
 }
 
 std::vector<std::uint8_t> pack_w4_sm90(const Mxfp4Tensor& weights) {
-  const char* function = "pack_w4_sm90(Mxfp4Tensor)";
-  check_shape(function, weights.shape, kMxfp4Block, "mxfp4");
-  check_size(function, "weights.data", weights.data, weights.shape.elements() / 2, weights.shape);
-  check_size(function, "weights.scales", weights.scales, weights.shape.elements() / kMxfp4Block, weights.shape);
-  const RebasedMxfp4 rebased = rebase_mxfp4_rows(weights);
-  return pack_w4(function, rebased.tensor, QuantFormat::mxfp4, rebased.exponents);
+  return pack_w4("pack_w4_sm90(Mxfp4Tensor)", weights, QuantFormat::mxfp4);
 }
 
 std::vector<std::uint8_t> pack_w4_sm90(const Nvfp4Tensor& weights) {
