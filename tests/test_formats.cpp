@@ -108,6 +108,14 @@ void require_invalid_argument(F&& call, const std::string& names) {
   }
 }
 
+// Logical code byte `code` (W4Offsets::code) of the packed block at `block`: pair code % 4 of the
+// stored, bit-interleaved word holding it (kernel_templates/moejit/common/w4_layout.cuh).
+std::uint8_t w4_code_pair(const std::vector<std::uint8_t>& packed, std::size_t block, int code) {
+  const std::uint8_t* w = packed.data() + block + (code & ~3);
+  const unsigned word = w[0] | (w[1] << 8) | (w[2] << 16) | (static_cast<unsigned>(w[3]) << 24);
+  return static_cast<std::uint8_t>(w4_sm90_code_pair(word, code & 3));
+}
+
 }  // namespace
 
 // ---- E4M3 ----
@@ -513,6 +521,20 @@ TEST_CASE("quantizers and dequantizers name every bad argument", "[formats][vali
 
 // ---- W4 SM90: 4-bit weights pre-arranged for the Hopper weight-only kernel ----
 
+// The stored code words interleave their four pairs' 2-bit fields (w4_layout.cuh): pinned by hand.
+TEST_CASE("w4 sm90 pack: code words are bit-interleaved", "[formats][w4]") {
+  // Pairs 0x21, 0x43, 0x65, 0x87 (A = low nibble). Pair 0 at shift 0: A = 1 -> bits 1..0 = 01,
+  // B = 2 -> bits 9..8 = 10; pair 1 at shift 2: A = 3 -> bits 3..2, B = 4 -> bits 15..14 = 01; pair 2
+  // at 16: A = 5 -> 01 at 16, 01 at 20, B = 6 -> 10 at 24, 01 at 28; pair 3 at 18: A = 7 -> 11 at
+  // 18, 01 at 22, B = 8 -> 10 at 30.
+  CHECK(w4_sm90_interleave_codes(0x87654321u) == 0x925D420Du);
+  for (unsigned byte = 0; byte < 256; ++byte)
+    for (int p = 0; p < 4; ++p) {
+      const unsigned logical = (0x5Au * 0x01010101u & ~(0xFFu << (8 * p))) | (byte << (8 * p));
+      REQUIRE(w4_sm90_code_pair(w4_sm90_interleave_codes(logical), p) == byte);
+    }
+}
+
 TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "[formats][w4]") {
   // 2 experts, N = 200 (second 128-row block partial), K = 96 (second 64-K block partial).
   const QuantShape shape{2, 200, 96};
@@ -537,7 +559,7 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
   // Expert 1, row block 0, K block 1; consumer w = 1, thread t = 37 (warp 1, lane 5: r0 = 64 + 16 + 1
   // = 81, c = 1); code byte kk = 1, i = 3: row r1 = 89, K = 64 + 16 + 2 + 8 = 90 (and 91).
   const std::size_t mx_block = (1 * 2 + 0) * kMxRun + 128 + 1 * 5120;
-  CHECK(pm[mx_block + (128 + 37) * 16 + 1 * 4 + 3] == mx.data[((1 * 200 + 89) * 96 + 90) / 2]);
+  CHECK(w4_code_pair(pm, mx_block, (128 + 37) * 16 + 1 * 4 + 3) == mx.data[((1 * 200 + 89) * 96 + 90) / 2]);
   // MXFP4 scale byte j = 3: row r1 = 89, 32-block 2 * 1 + 1 = 3 (past K = 96: padding 127).
   CHECK(pm[mx_block + 4096 + (128 + 37) * 4 + 3] == 127);
   // j = 1: row 89, 32-block 2 (K 64..95).
@@ -562,9 +584,9 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
         REQUIRE(v.exponent == -1);
         REQUIRE(m.exponent == (r / 128) * (std::int64_t)kMxRun + r % 128);
         const std::size_t element = ((std::size_t)g * 200 + r) * 96 + k;
-        REQUIRE(pm[mx_at + m.code] == mx.data[element / 2]);
+        REQUIRE(w4_code_pair(pm, mx_at, m.code) == mx.data[element / 2]);
         REQUIRE(pm[mx_at + m.scale] + pm[(std::size_t)g * n_blocks * kMxRun + m.exponent] == mx.scales[element / 32]);
-        REQUIRE(pn[nv_at + v.code] == nv.data[element / 2]);
+        REQUIRE(w4_code_pair(pn, nv_at, v.code) == nv.data[element / 2]);
         REQUIRE(pn[nv_at + v.scale] == nv.scales[element / 16]);
         if (k % 8 == 0)
           for (int c = 1; c < 4; ++c) REQUIRE(w4_sm90_offsets(r, k + 2 * c, k_blocks64, false).code == m.code + 16 * c);
@@ -616,7 +638,7 @@ TEST_CASE("w4 sm90 pack: MXFP4 row exponents, NaN blocks, flushed blocks, expert
   };
   auto stored_code = [&](int g, int r, int k) {
     const W4Offsets at = w4_sm90_offsets(r, k, 2, false);
-    return packed[g * kExpert + at.block + at.code];
+    return w4_code_pair(packed, g * kExpert + at.block, at.code);
   };
   auto exponent = [&](int g, int r) { return packed[g * kExpert + w4_sm90_offsets(r, 0, 2, false).exponent]; };
   CHECK(exponent(0, 3) == 72);

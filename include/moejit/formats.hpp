@@ -55,8 +55,12 @@
 //     bytes [4096, ...): [w 0..1][t 0..127][4 (MXFP4) or 8 (NVFP4) bytes of scales]
 //   with warp = t / 32, lane = t % 32, r0 = 128 nb + 64 w + 16 warp + lane / 4, r1 = r0 + 8,
 //   c = lane % 4 (the m64k16 register fragment of wgmma's A operand, so each thread widens exactly
-//   the elements it multiplies): code byte 4 kk + i (kk = 0..3) holds the E2M1 codes (low nibble =
-//   lower K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] and the next K.
+//   the elements it multiplies): code pair 4 kk + i (kk = 0..3) holds the E2M1 codes (A = lower K,
+//   B = the next) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] and the
+//   next K. The four pairs of word kk are stored bit-interleaved, not one per byte: pair i's 2-bit
+//   fields A[1:0], A[3:2], B[1:0], B[3:2] at bits s, s + 4, s + 8, s + 12 of the little-endian
+//   word, s = 2 (i % 2) + 16 (i / 2), so that the kernel widens a pair with one table-lookup byte
+//   permute (w4_sm90_interleave_codes / w4_sm90_code_pair in kernel_templates/moejit/common/w4_layout.cuh).
 //   Scale byte j: row {r0, r1}[j % 2]; MXFP4: 32-block 2 kb + j / 2 (j = 0..3); NVFP4: E4M3 of
 //   16-block 4 kb + j / 2 (j = 0..7). Rows past N and K past the end: code 0, scale 127 (MXFP4)
 //   / E4M3 0. NVFP4's per-expert fp32 tensor scales are not in the blocks: they are

@@ -407,6 +407,25 @@ void for_each_w4_byte(QuantShape shape, const W4Layout& layout, Code&& visit, Sc
     }
 }
 
+// Rewrites every 32-bit code word of every block (bytes [0, 4096) of each): to_stored = true turns
+// logical words (byte p = code pair p) into the stored bit-interleaved ones (w4_layout.cuh,
+// w4_sm90_interleave_codes), false turns stored words back into logical ones.
+void convert_code_words(std::vector<std::uint8_t>& bytes, QuantShape shape, const W4Layout& layout, bool to_stored) {
+  const std::int64_t n_blocks = ceil_div(shape.rows, 128), k_blocks = ceil_div(shape.k, 64);
+  const std::int64_t run_bytes = layout.run_bytes(k_blocks);
+  for (std::int64_t run = 0; run < shape.batches * n_blocks; ++run)
+    for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
+      std::uint8_t* codes = bytes.data() + run * run_bytes + layout.header_bytes() + kb * layout.block_bytes();
+      for (int at = 0; at < 4096; at += 4) {
+        std::uint8_t* b = codes + at;
+        const unsigned word = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<unsigned>(b[3]) << 24);
+        for (int p = 0; p < 4; ++p)
+          b[p] = to_stored ? static_cast<std::uint8_t>(w4_sm90_interleave_codes(word) >> (8 * p))
+                           : static_cast<std::uint8_t>(w4_sm90_code_pair(word, p));
+      }
+    }
+}
+
 // The packed bytes of checked `tensor`; exponents: MXFP4's row exponents ([batches][rows]; rows
 // past N get 0), empty for NVFP4.
 template <typename Tensor>
@@ -427,6 +446,7 @@ std::vector<std::uint8_t> write_w4(const Tensor& tensor, QuantFormat format, con
       [&](std::int64_t at, std::int64_t g, std::int64_t r) {
         out[at] = r < shape.rows ? exponents[g * shape.rows + r] : 0;
       });
+  convert_code_words(out, shape, layout, true);
   return out;
 }
 
@@ -451,6 +471,8 @@ Tensor unpack_w4(const char* function, const std::vector<std::uint8_t>& packed, 
   const W4Layout layout = w4_layout(function, format);
   check_shape(function, shape, layout.scale_block, format_name(format));
   check_size(function, "packed", packed, w4_sm90_packed_bytes(shape, format), shape);
+  std::vector<std::uint8_t> logical = packed;
+  convert_code_words(logical, shape, layout, false);
   Tensor out;
   out.shape = shape;
   out.data.resize(static_cast<std::size_t>(shape.elements() / 2));
@@ -460,7 +482,7 @@ Tensor unpack_w4(const char* function, const std::vector<std::uint8_t>& packed, 
   for_each_w4_byte(
       shape, layout,
       [&](std::int64_t at, std::int64_t g, std::int64_t r, std::int64_t k) {
-        if (r < shape.rows && k < shape.k) out.data[((g * shape.rows + r) * shape.k + k) / 2] = packed[at];
+        if (r < shape.rows && k < shape.k) out.data[((g * shape.rows + r) * shape.k + k) / 2] = logical[at];
       },
       [&](std::int64_t at, std::int64_t g, std::int64_t r, std::int64_t blk) {
         if (r < shape.rows && blk < scale_cols) out.scales[(g * shape.rows + r) * scale_cols + blk] = packed[at];

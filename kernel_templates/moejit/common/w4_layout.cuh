@@ -26,10 +26,36 @@ __host__ __device__ constexpr long long w4_sm90_run_bytes(int k_blocks64, bool n
   return w4_sm90_header_bytes(nvfp4) + static_cast<long long>(k_blocks64) * w4_sm90_block_bytes(nvfp4);
 }
 
+// Code words. The fragment layout (formats.hpp) names "code byte" 4 kk + p: the pair p = 0..3 of
+// the thread's 32-bit word kk. In memory each word holds its four pairs bit-interleaved: pair p's
+// codes A (lower K) and B sit as 2-bit fields at bit w4_sm90_pair_shift(p) + {0, 4, 8, 12} =
+// {A bits 1..0, A bits 3..2, B bits 1..0, B bits 3..2}. Why: (word >> shift) & 0x3333 is then
+// four byte-permute selectors, and one prmt over an 8-byte table widens the pair to BF16 bits
+// (hopper_w4/e2m1.cuh): a shift, a LOP3 and a PRMT per pair instead of ~3.75 integer operations.
+__host__ __device__ constexpr int w4_sm90_pair_shift(int p) { return (p & 1) * 2 + (p >> 1) * 16; }
+
+// Logical word (byte p = pair p: A in the low nibble, B in the high one) -> stored word.
+__host__ __device__ inline unsigned w4_sm90_interleave_codes(unsigned logical) {
+  unsigned out = 0;
+  for (int p = 0; p < 4; ++p) {
+    const unsigned byte = (logical >> (8 * p)) & 0xFFu, a = byte & 0xFu, b = byte >> 4;
+    const int s = w4_sm90_pair_shift(p);
+    out |= ((a & 3u) << s) | ((a >> 2) << (s + 4)) | ((b & 3u) << (s + 8)) | ((b >> 2) << (s + 12));
+  }
+  return out;
+}
+
+// Stored word -> logical pair p (A in the low nibble, B in the high one).
+__host__ __device__ inline unsigned w4_sm90_code_pair(unsigned stored, int p) {
+  const unsigned f = stored >> w4_sm90_pair_shift(p);
+  return (f & 3u) | (((f >> 4) & 3u) << 2) | (((f >> 8) & 3u) << 4) | (((f >> 12) & 3u) << 6);
+}
+
 struct W4Offsets {
   long long block;     // byte offset, inside its expert, of the 128-row x 64-K block holding (r, k)
   long long exponent;  // MXFP4: byte offset, inside its expert, of row r's exponent; NVFP4: -1
-  int code;            // byte of the block holding the codes of (r, k) and (r, k + 1); k even
+  int code;            // logical code byte of (r, k) and (r, k + 1), k even: pair code % 4 of the
+                       // stored word at code - code % 4 (w4_sm90_code_pair)
   int scale;           // byte of the block holding the scale of (r, k)
 };
 

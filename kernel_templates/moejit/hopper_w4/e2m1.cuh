@@ -1,27 +1,46 @@
 // 4-bit widening on the CUDA cores: E2M1 codes and E8M0 (MXFP4) or E4M3 (NVFP4) scales to BF16 pairs, in the
 // bf16x2 register form that both 4-bit kernels (shared-memory and register-A widening) use.
 #pragma once
+#include "moejit/common/w4_layout.cuh"  // w4_sm90_pair_shift: the stored code words
 
 namespace moejit::hopper {
 
-// Byte j of `word` (two E2M1 codes: K index 2j in the low nibble, 2j + 1 in the high one) ->
-// BF16 pair holding each code's bits where BF16 keeps them, before scaling: magnitude e1 e0 m at
-// bits 8..6 (exponent field e, top mantissa bit m) and the sign at bit 15. Read as BF16 that is
-// the E2M1 value times 2^-126 (e = 0, m = 1 lands on the subnormal 2^-127 = 0.5 * 2^-126), so one
-// multiply by 2^126 restores it exactly.
-// Three integer operations per pair, plus three per word that the four calls on one word share
-// (the widening is most of the 4-bit kernels' instructions; the shift-and-mask form took ~8 per
-// pair): the word's low and high nibbles go to two masked words; a byte permute takes byte j of
-// each, the low code to bits 3..0 and the high one to bits 19..16, zeros elsewhere (bytes 1 and 3
-// replicate the sign bit of a byte <= 0x0F); one multiply by 2^6 + 2^12 writes each code twice,
-// at +6 (magnitude to 8..6) and +12 (sign to 15), into bits that do not overlap, and a mask keeps
-// magnitude and sign.
-template <int kByte>
-__device__ __forceinline__ unsigned e2m1x2_bits_as_bf16x2(unsigned word) {
-  constexpr unsigned kSelect = kByte | ((8 | kByte) << 4) | ((4 + kByte) << 8) | ((8 | kByte) << 12);
-  unsigned codes;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(codes) : "r"(word & 0x0F0F0F0Fu), "r"((word >> 4) & 0x0F0F0F0Fu), "n"(kSelect));
-  return (codes * 0x1040u) & 0x81C081C0u;
+// Code pair p of a stored code word (bit-interleaved, common/w4_layout.cuh) -> BF16 pair holding
+// each code's bits where BF16 keeps them, before scaling: magnitude e1 e0 m at bits 8..6 (exponent
+// field e, top mantissa bit m) and the sign at bit 15. Read as BF16 that is the E2M1 value times
+// 2^-126 (e = 0, m = 1 lands on the subnormal 2^-127 = 0.5 * 2^-126), so one multiply by 2^126
+// restores it exactly.
+// The interleaved word makes this a table lookup: (word >> shift) & 0x3333 leaves in each nibble
+// of the low half a 2-bit field of the pair, the OR sets bit 2 of nibbles 1 and 3, and prmt reads
+// each output byte from the 8-byte table {kE2m1LowBytes, kE2m1HighBytes}: a low byte from (e0, m)
+// -> e0 << 7 | m << 6, a high byte from (sign, e1) -> sign << 7 | e1. A shift (none for p = 0), a
+// LOP3 and a PRMT per pair; the byte-per-pair layout before it took 3.75 (docs/perf.md v12).
+constexpr unsigned kE2m1LowBytes = 0xC0804000u;   // index e0 m: 0x00 0x40 0x80 0xC0
+constexpr unsigned kE2m1HighBytes = 0x81800100u;  // index 4 + (sign e1): 0x00 0x01 0x80 0x81
+
+// Read from constant memory, not written as literals, so that ptxas keeps them in registers: with
+// 0x4040 a literal it splits the AND-OR into two LOP3s (SASS takes one immediate), and with the
+// low table a literal it copies it from a uniform register before every PRMT (one IMAD.U32 per
+// pair). As constants: 11 instructions per word of four pairs against 15 (docs/perf.md v12).
+__constant__ unsigned e2m1_high_select = 0x4040u;
+__constant__ unsigned e2m1_low_bytes = kE2m1LowBytes;
+
+__device__ __forceinline__ unsigned e2m1_pair_from_fields(unsigned fields) {
+  unsigned out;
+  asm("prmt.b32 %0, %1, %2, %3;"
+      : "=r"(out)
+      : "r"(e2m1_low_bytes), "r"(kE2m1HighBytes), "r"((fields & 0x3333u) | e2m1_high_select));
+  return out;
+}
+
+template <int kPair>
+__device__ __forceinline__ unsigned e2m1_pair_bits_as_bf16x2(unsigned word) {
+  return e2m1_pair_from_fields(word >> w4_sm90_pair_shift(kPair));
+}
+
+// The same for a pair chosen at run time (the portable family's loader).
+__device__ __forceinline__ unsigned e2m1_pair_bits_as_bf16x2(unsigned word, int pair) {
+  return e2m1_pair_from_fields(word >> w4_sm90_pair_shift(pair));
 }
 
 __device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {

@@ -13,8 +13,9 @@
 // K blocks after a header (common/w4_layout.cuh: MXFP4 one exponent byte per row, NVFP4 none):
 //   [consumer w 0..1][thread t 0..127][16 B codes]   then   [w][t][4 or 8 B scales]
 // With warp = t / 32, lane = t % 32, r0 = 128 nb + 64 w + 16 warp + lane / 4, r1 = r0 + 8,
-// c = lane % 4: code byte 4 kk + i (k step kk = 0..3 of 16) holds the two E2M1 codes (low nibble =
-// lower K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] (+0, +1).
+// c = lane % 4: code pair 4 kk + i (k step kk = 0..3 of 16) holds the two E2M1 codes (A = lower
+// K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] (+0, +1); the four
+// pairs of word kk are bit-interleaved (common/w4_layout.cuh) for the byte-permute widening.
 // MXFP4 scale byte j (0..3): row {r0, r1}[j % 2], 32-block 2 kb + j / 2: the E8M0 scale minus the
 // row's exponent (0..128; 129 marks a NaN block, whose codes are 0); the row's sums are multiplied
 // by 2^exponent before C is rounded.
@@ -379,8 +380,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const unsigned word = codes[kk];
-        const unsigned bits[4] = {e2m1x2_bits_as_bf16x2<0>(word), e2m1x2_bits_as_bf16x2<1>(word),
-                                  e2m1x2_bits_as_bf16x2<2>(word), e2m1x2_bits_as_bf16x2<3>(word)};
+        const unsigned bits[4] = {e2m1_pair_bits_as_bf16x2<0>(word), e2m1_pair_bits_as_bf16x2<1>(word),
+                                  e2m1_pair_bits_as_bf16x2<2>(word), e2m1_pair_bits_as_bf16x2<3>(word)};
         // MXFP4: 32-blocks, k steps 0-1 in the first, 2-3 in the second; NVFP4: one 16-block per step.
         const int block = kFormat == kNVFP4 ? kk : kk / 2;
 #pragma unroll

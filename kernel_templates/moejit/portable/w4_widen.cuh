@@ -202,10 +202,12 @@ struct W4WidenLoader {
         const unsigned scale =
             kNv ? e4m3_to_bf16x2_sm80(scale_byte)
                 : hopper::e8m0_to_bf16x2(scale_byte == 129u ? 255u : min(scale_byte + __ldg(group_blocks + at.exponent), 255u));
-        const unsigned char* codes = block + at.code;
+        // The pair is one of four in a stored (bit-interleaved) word: common/w4_layout.cuh.
+        const unsigned* words = reinterpret_cast<const unsigned*>(block + (at.code & ~3));
+        const int pair = at.code & 3;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const unsigned bits = hopper::e2m1x2_bits_as_bf16x2<0>(__ldg(codes + c * 16));
+          const unsigned bits = hopper::e2m1_pair_bits_as_bf16x2(__ldg(words + c * 4), pair);
           out[c] = bf16x2_mul_sm80(bf16x2_mul_sm80(bits, 0x7E807E80u), scale);  // x 2^126, x scale
         }
       }
