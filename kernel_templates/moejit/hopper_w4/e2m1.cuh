@@ -56,15 +56,23 @@ __device__ __forceinline__ unsigned e8m0_to_bf16x2(unsigned s) {
   return bits | (bits << 16);
 }
 
-// E4M3 block scale (NVFP4; positive) -> BF16 bits of its value, duplicated in both halves. The
-// magnitude bits e3..e0 m2..m0 placed at BF16 bits 10..4 read as the value times 2^-120 (exponent
-// field e, or for e = 0 the BF16 subnormal m * 2^-129 = m * 2^-9 * 2^-120), so one exact multiply
-// by 2^120 restores it: every E4M3 value is a BF16 value. 0x7F / 0xFF (NaN) -> BF16 NaN.
-__device__ __forceinline__ unsigned e4m3_to_bf16x2(unsigned s) {
-  constexpr unsigned kTwoPow120x2 = 0x7B807B80u;
-  if ((s & 0x7Fu) == 0x7Fu) return 0x7FC07FC0u;
-  const unsigned bits = (s & 0x7Fu) << 4;
-  return bf16x2_mul(bits | (bits << 16), kTwoPow120x2);
+// Two E4M3 block scales (NVFP4: bytes 0 and 1 of `two`) -> each scale x 2^117 as a BF16 pair (its
+// value in both halves): `lo` from byte 0, `hi` from byte 1. Exact (3 significant bits; at most
+// 448 x 2^117 < 2^126), and NaN (0x7F, 0xFF) stays NaN. Through the hardware E4M3 -> F16 pair
+// conversion (sm_89+) and F32: 7 instructions for two scales, where placing each scale's bits in a
+// BF16 and multiplying twice (with a NaN test) took about 8 per scale (docs/perf.md v12).
+__device__ __forceinline__ void e4m3x2_times_2pow117_bf16x2(unsigned two, unsigned& lo, unsigned& hi) {
+  unsigned halves;
+  asm("{\n .reg .b16 t;\n cvt.u16.u32 t, %1;\n cvt.rn.f16x2.e4m3x2 %0, t;\n}" : "=r"(halves) : "r"(two));
+  float a, b;
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}"
+      : "=f"(a), "=f"(b)
+      : "r"(halves));
+  const float kTwoPow117 = __int_as_float(0x7A000000);
+  a *= kTwoPow117;
+  b *= kTwoPow117;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(lo) : "f"(a));
+  asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(hi) : "f"(b));
 }
 
 }  // namespace moejit::hopper

@@ -342,7 +342,6 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     // [w][thread] order). 128 rows: block 0, part = consumer; 256 rows: block = consumer, part = i.
     const int slice_block = kBlocks == 2 ? consumer : 0;  // the same for both slices
     auto slice_part = [&](int i) { return kBlocks == 2 ? i : consumer; };
-    constexpr unsigned kTwoPow117x2 = 0x7A007A00u;  // BF16 2^117 in both halves
 
     float acc[kSlices][kAccRegs];
     int stage = 0;
@@ -370,8 +369,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       if constexpr (kFormat == kNVFP4) {
         asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(scales[0]), "=r"(scales[1]) : "r"(w_stage + my_scales));
 #pragma unroll
-        for (int j = 0; j < kScales; ++j)
-          first_factor[j] = bf16x2_mul(e4m3_to_bf16x2((scales[j / 4] >> (8 * (j % 4))) & 0xFF), kTwoPow117x2);
+        for (int j = 0; j < kScales; j += 2)
+          e4m3x2_times_2pow117_bf16x2(scales[j / 4] >> (8 * (j % 4)), first_factor[j], first_factor[j + 1]);
       } else {
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(scales[0]) : "r"(w_stage + my_scales));
 #pragma unroll
