@@ -31,6 +31,15 @@ int atomicExch(int* p, int v) { return std::exchange(*p, v); }
 struct {
   unsigned x = 1;
 } gridDim;
+// GroupTileCursor::seek_warp (warp-wide: shuffles and a ballot) is not modelled here; these only
+// let the header compile for the host.
+struct {
+  unsigned x = 0;
+} threadIdx;
+int __shfl_sync(unsigned, int v, int) { return v; }
+int __shfl_up_sync(unsigned, int v, int) { return v; }
+unsigned __ballot_sync(unsigned, bool b) { return b ? 1u : 0u; }
+int __ffs(unsigned v) { return __builtin_ffs(static_cast<int>(v)); }
 }  // namespace
 #include "moejit/common/scheduler.cuh"
 
@@ -153,12 +162,16 @@ TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile
   std::vector<int> deepseek(256);
   std::normal_distribution<double> d(512, 22);
   for (int& r : deepseek) r = std::max(0, (int)d(rng));
+  // Qwen3 at decode: 131 experts (not a multiple of the batch) of 0..3 rows, a third of them empty.
+  std::vector<int> decode(131);
+  for (int& r : decode) r = std::max(0, (int)(rng() % 6) - 2);
   const std::vector<std::vector<int>> cases = {
       deepseek,
       {490, 534, 0, 129, 1, 512, 383, 534, 0, 490, 522, 256},  // the GPU test's groups
       {0, 0, 0},                                               // nothing to do
       {1},                                                     // rank 1 always idle
       {64, 65, 127, 128, 129, 192, 193, 0, 256, 1000, 1500, 33, 1200, 1200, 1200, 1200},
+      decode,  // many small groups: the cursor's batched reads (8 groups at a time) cross batches
   };
   for (const auto& rows : cases)
     for (bool masked : {false, true})

@@ -5,6 +5,8 @@
 // A CTA only ever asks for increasing tile numbers (static: blockIdx.x + i*gridDim.x;
 // dynamic: an atomic counter), so a forward-only cursor over the groups finds each
 // tile's group in amortized O(1) and works for any number of groups without shared memory.
+// Whole consumer warps can walk 32 groups per step (seek_warp): at decode a CTA passes nearly
+// every group.
 #pragma once
 #include "moejit/params.cuh"
 
@@ -51,20 +53,77 @@ struct GroupTileCursor {
   __device__ __forceinline__ bool seek(const GroupedGemmParams& p, int tile, TileCoord& out) {
     while (group < p.num_groups) {
       if (group_tiles < 0) load_group(p);
-      if (tile < tiles_before + group_tiles) {
-        int local = tile - tiles_before;
-        out.group = group;
-        out.m_block = local % m_tiles;
-        out.n_block = local / m_tiles;
-        out.row_begin = row_begin;
-        out.group_rows = group_rows;
-        return true;
-      }
+      if (tile < tiles_before + group_tiles) return found(tile, out);
       tiles_before += group_tiles;
       ++group;
       group_tiles = -1;
     }
     return false;
+  }
+
+  // seek() for a caller whose 32 lanes all ask for the same tile together (the FP8 and 4-bit
+  // Hopper consumer warps): past the current group the warp reads 32 groups' extents at once, one
+  // group per lane, and finds the tile's group with a prefix sum and a ballot. At decode a CTA
+  // walks past nearly every group (128 for Qwen3), and seek()'s one dependent load per group was
+  // ~37% of the 4-bit decode kernel's warp samples (docs/perf.md v12). The single-thread producers
+  // keep seek(): they run ahead of the consumers, so their walk is off the critical path. The bf16
+  // kernel keeps it too (no gain measured, 0.999-1.006x, and not GPU-tested with seek_warp).
+  __device__ __forceinline__ bool seek_warp(const GroupedGemmParams& p, int tile, TileCoord& out) {
+    if (group < p.num_groups) {
+      if (group_tiles < 0) load_group(p);
+      if (tile < tiles_before + group_tiles) return found(tile, out);
+      tiles_before += group_tiles;
+      ++group;
+      group_tiles = -1;
+    }
+    const int lane = (int)(threadIdx.x & 31u);
+    const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
+    while (group < p.num_groups) {
+      const int g = group + lane;
+      int lo = 0, rows = 0;
+      if (g < p.num_groups) {
+        if (kLayout == kLayoutContiguous) {
+          lo = min(max(__ldg(p.group_offsets + g), 0), p.total_rows);
+          rows = min(max(__ldg(p.group_offsets + g + 1), lo), p.total_rows) - lo;
+        } else {
+          lo = g * p.capacity;
+          rows = min(max(__ldg(p.group_counts + g), 0), p.capacity);
+        }
+      }
+      const int m = (int)(((unsigned)rows + kBlockM - 1) / kBlockM), tiles = m * n_tiles;
+      int through = tiles;  // tiles of groups group .. g
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const int v = __shfl_up_sync(0xffffffffu, through, d);
+        if (lane >= d) through += v;
+      }
+      const unsigned hit = __ballot_sync(0xffffffffu, tile < tiles_before + through);
+      if (hit != 0u) {
+        const int first = __ffs(hit) - 1;  // lanes past the last group add no tiles: never first
+        group += first;
+        tiles_before += __shfl_sync(0xffffffffu, through - tiles, first);
+        row_begin = __shfl_sync(0xffffffffu, lo, first);
+        group_rows = __shfl_sync(0xffffffffu, rows, first);
+        m_tiles = __shfl_sync(0xffffffffu, m, first);
+        group_tiles = __shfl_sync(0xffffffffu, tiles, first);
+        return found(tile, out);
+      }
+      tiles_before += __shfl_sync(0xffffffffu, through, 31);
+      group += 32;
+    }
+    group = p.num_groups;
+    return false;
+  }
+
+ private:
+  __device__ __forceinline__ bool found(int tile, TileCoord& out) const {
+    const int local = tile - tiles_before;
+    out.group = group;
+    out.m_block = local % m_tiles;
+    out.n_block = local / m_tiles;
+    out.row_begin = row_begin;
+    out.group_rows = group_rows;
+    return true;
   }
 };
 

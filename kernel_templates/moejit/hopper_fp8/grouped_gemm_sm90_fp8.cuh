@@ -168,7 +168,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     unsigned phase = 0;
     for (int tile_iter = 0;; ++tile_iter) {
       const int tile_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
-      if (!cursor.seek(p, tile_index, tile)) break;
+      if (!cursor.seek_warp(p, tile_index, tile)) break;
       if (!kSplitN && tile.m_block * kBlockM + tile_row0 >= tile.group_rows) {
         // No rows for this consumer: only hand the stages back. A separate loop: a wgmma under a
         // divergent branch makes ptxas serialize all of them (C7520).

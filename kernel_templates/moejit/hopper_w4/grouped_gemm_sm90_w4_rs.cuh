@@ -427,7 +427,10 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     unsigned frag0[kSlices][4][4], frag1[kSlices][4][4];
     for (int tile_iter = 0;; ++tile_iter) {
       const int tile_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
-      if (!cursor.seek(p, tile_index, tile)) break;
+      // The warp-wide walk (32 groups per step) pays at decode; on the static 64-token tile it made
+      // ptxas serialize the wgmmas (C7512, 80 registers) and ran 1.18x slower (docs/perf.md v12).
+      constexpr bool kWarpSeek = !(kTokens == 64 && !kDynamic);
+      if (!(kWarpSeek ? cursor.seek_warp(p, tile_index, tile) : cursor.seek(p, tile_index, tile))) break;
       // acc register 4j + 2h + e of slice i: weight row slice_row(i) + 8h, token 8j + 2(lane%4) + e.
       auto slice_row = [&](int i) {
         return tile.n_block * kRowsW + slice_block * 128 + slice_part(i) * 64 + warp_in_group * 16 + lane / 4;
