@@ -7,9 +7,12 @@
 //  - the two CTAs of a cluster walk the same pair tiles (lockstep: same count, same B tile);
 //  - a rank without rows (odd M-tile count) is counted, and only rank 1 ever has none;
 //  - the dynamic counter's last fetch is total + clusters - 1 (the reset the kernel relies on).
+// And the warp-wide walk (GroupTileCursor::seek_warp) on a host-emulated warp against seek.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <barrier>
+#include <thread>
 #include <map>
 #include <random>
 #include <tuple>
@@ -31,14 +34,39 @@ int atomicExch(int* p, int v) { return std::exchange(*p, v); }
 struct {
   unsigned x = 1;
 } gridDim;
-// GroupTileCursor::seek_warp (warp-wide: shuffles and a ballot) is not modelled here; these only
-// let the header compile for the host.
-struct {
+// A warp on the host for GroupTileCursor::seek_warp: 32 threads, one per lane, and every warp
+// intrinsic a rendezvous of all 32 (each lane posts its value, all wait, each reads, all wait).
+// Valid because seek_warp's lanes call the intrinsics in the same order, as the kernels require.
+thread_local struct {
   unsigned x = 0;
 } threadIdx;
-int __shfl_sync(unsigned, int v, int) { return v; }
-int __shfl_up_sync(unsigned, int v, int) { return v; }
-unsigned __ballot_sync(unsigned, bool b) { return b ? 1u : 0u; }
+struct HostWarp {
+  std::barrier<> sync{32};
+  int slot[32] = {};
+  template <class Read>
+  int exchange(int value, Read read) {
+    slot[threadIdx.x] = value;
+    sync.arrive_and_wait();
+    const int out = read();
+    sync.arrive_and_wait();
+    return out;
+  }
+};
+HostWarp* host_warp = nullptr;
+int __shfl_sync(unsigned, int v, int src) {
+  return host_warp->exchange(v, [&] { return host_warp->slot[src]; });
+}
+int __shfl_up_sync(unsigned, int v, unsigned d) {
+  const unsigned lane = threadIdx.x;
+  return host_warp->exchange(v, [&] { return lane >= d ? host_warp->slot[lane - d] : v; });
+}
+unsigned __ballot_sync(unsigned, bool b) {
+  return (unsigned)host_warp->exchange(b ? 1 : 0, [&] {
+    unsigned bits = 0;
+    for (int i = 0; i < 32; ++i) bits |= (unsigned)(host_warp->slot[i] != 0) << i;
+    return (int)bits;
+  });
+}
 int __ffs(unsigned v) { return __builtin_ffs(static_cast<int>(v)); }
 }  // namespace
 #include "moejit/common/scheduler.cuh"
@@ -178,4 +206,98 @@ TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile
       for (bool dynamic : {false, true})
         for (int clusters : {1, 3, 66})
           for (int n : {640, 4096}) check_schedule(rows, n, masked, clusters, dynamic, rng);
+}
+
+// The warp-wide walk (seek_warp, the FP8 and 4-bit consumers') against the scalar one (seek) on the
+// same tile sequences: every lane of a host-emulated warp must find what seek finds, tile by tile,
+// including the end (false, with the total tile count in tiles_before). Decode-like groups (many,
+// small, a third empty) cross the 32-group steps; a step can end exactly at the last group.
+namespace {
+
+struct Found {
+  bool ok;
+  TileCoord c;
+  bool operator==(const Found& o) const {
+    return ok == o.ok && (!ok || std::tie(c.group, c.m_block, c.n_block, c.row_begin, c.group_rows) ==
+                                     std::tie(o.c.group, o.c.m_block, o.c.n_block, o.c.row_begin, o.c.group_rows));
+  }
+};
+
+template <int kLayout, int kM, int kN>
+void compare_walks(const GroupedGemmParams& p, const std::vector<int>& numbers) {
+  GroupTileCursor<kLayout, kM, kN> scalar;
+  std::vector<Found> want;
+  for (int t : numbers) {
+    Found f{};
+    f.ok = scalar.seek(p, t, f.c);
+    want.push_back(f);
+    if (!f.ok) break;
+  }
+  HostWarp warp;
+  host_warp = &warp;
+  std::vector<std::vector<Found>> got(32);
+  std::vector<int> totals(32);
+  std::vector<std::thread> lanes;
+  for (unsigned lane = 0; lane < 32; ++lane)
+    lanes.emplace_back([&, lane] {
+      threadIdx.x = lane;
+      GroupTileCursor<kLayout, kM, kN> cursor;
+      for (int t : numbers) {
+        Found f{};
+        f.ok = cursor.seek_warp(p, t, f.c);
+        got[lane].push_back(f);
+        if (!f.ok) break;
+      }
+      totals[lane] = cursor.tiles_before;
+    });
+  for (auto& t : lanes) t.join();
+  host_warp = nullptr;
+  for (int lane = 0; lane < 32; ++lane) {
+    INFO("lane " << lane);
+    REQUIRE(got[lane] == want);
+    if (!want.back().ok) REQUIRE(totals[lane] == scalar.tiles_before);
+  }
+}
+
+template <int kM, int kN>
+void check_warp_walk(const std::vector<int>& rows, int n, int ctas) {
+  INFO("groups " << rows.size() << " n " << n << " ctas " << ctas << " tile " << kM << "x" << kN);
+  const int groups = (int)rows.size();
+  std::vector<int> offsets(groups + 1, 0), counts(rows);
+  for (int g = 0; g < groups; ++g) offsets[g + 1] = offsets[g] + rows[g];
+  const int capacity = (groups ? *std::max_element(rows.begin(), rows.end()) : 0) + 5;
+  GroupedGemmParams p{};
+  p.group_offsets = offsets.data();
+  p.group_counts = counts.data();
+  p.num_groups = groups;
+  p.n = n;
+  p.capacity = capacity;
+  long long total = 0;
+  for (int r : rows) total += (long long)((r + kM - 1) / kM) * ((n + kN - 1) / kN);
+  for (int c = 0; c < ctas; ++c) {
+    std::vector<int> numbers;  // the static order, through one past the end
+    for (long long t = c; t <= total + ctas; t += ctas) numbers.push_back((int)t);
+    p.total_rows = offsets[groups];
+    compare_walks<kLayoutContiguous, kM, kN>(p, numbers);
+    p.total_rows = capacity * groups;
+    compare_walks<kLayoutMasked, kM, kN>(p, numbers);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("seek_warp: every lane finds the tiles seek finds (decode-like and prefill-like groups)", "[scheduler]") {
+  std::mt19937 rng(5);
+  std::vector<int> decode(131), exact(64), large(40);
+  for (int& r : decode) r = std::max(0, (int)(rng() % 6) - 2);
+  for (int& r : exact) r = 1 + (int)(rng() % 3);  // 64 groups: the walk's steps end on the last group
+  for (int& r : large) r = (int)(rng() % 700);
+  for (int ctas : {1, 7, 19}) {
+    check_warp_walk<16, 128>(decode, 2048, ctas);
+    check_warp_walk<16, 128>(exact, 1536, ctas);
+    check_warp_walk<64, 128>(large, 640, ctas);
+  }
+  check_warp_walk<16, 128>({0, 0, 0}, 128, 3);
+  check_warp_walk<16, 128>({}, 128, 2);
+  check_warp_walk<128, 256>({1}, 4096, 2);
 }
