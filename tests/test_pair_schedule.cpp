@@ -149,20 +149,33 @@ Outcome run(const GroupedGemmParams& p, int clusters, bool dynamic, long long to
   return out;
 }
 
+// The device arrays of a launch with these group sizes (contiguous offsets, masked counts with a
+// capacity `spare` rows past the largest group), and the params pointing at them.
+struct HostGroups {
+  std::vector<int> offsets, counts;
+  GroupedGemmParams p{};
+  HostGroups(const std::vector<int>& rows, int n, int spare) : offsets(rows.size() + 1, 0), counts(rows) {
+    for (std::size_t g = 0; g < rows.size(); ++g) offsets[g + 1] = offsets[g] + rows[g];
+    p.group_offsets = offsets.data();
+    p.group_counts = counts.data();
+    p.num_groups = (int)rows.size();
+    p.n = n;
+    p.capacity = (rows.empty() ? 0 : *std::max_element(rows.begin(), rows.end())) + spare;
+  }
+  HostGroups(const HostGroups&) = delete;  // p points into this object
+  GroupedGemmParams params(bool masked) const {
+    GroupedGemmParams q = p;
+    q.total_rows = masked ? p.capacity * p.num_groups : offsets.back();
+    return q;
+  }
+};
+
 void check_schedule(const std::vector<int>& rows, int n, bool masked, int clusters, bool dynamic, std::mt19937& rng) {
   INFO("groups " << rows.size() << " n " << n << (masked ? " masked" : " contiguous") << " clusters " << clusters
                  << (dynamic ? " dynamic" : " static"));
   const int groups = (int)rows.size();
-  std::vector<int> offsets(groups + 1, 0), counts(rows);
-  for (int g = 0; g < groups; ++g) offsets[g + 1] = offsets[g] + rows[g];
-  const int capacity = *std::max_element(rows.begin(), rows.end()) + 9;
-  GroupedGemmParams p{};
-  p.group_offsets = offsets.data();
-  p.group_counts = counts.data();
-  p.num_groups = groups;
-  p.n = n;
-  p.capacity = capacity;
-  p.total_rows = masked ? capacity * groups : offsets[groups];
+  const HostGroups host(rows, n, 9);
+  const GroupedGemmParams p = host.params(masked);
 
   const int n_tiles = (n + kBlockN - 1) / kBlockN;
   long long pair_tiles = 0, expected_idle = 0;
@@ -262,25 +275,14 @@ void compare_walks(const GroupedGemmParams& p, const std::vector<int>& numbers) 
 template <int kM, int kN>
 void check_warp_walk(const std::vector<int>& rows, int n, int ctas) {
   INFO("groups " << rows.size() << " n " << n << " ctas " << ctas << " tile " << kM << "x" << kN);
-  const int groups = (int)rows.size();
-  std::vector<int> offsets(groups + 1, 0), counts(rows);
-  for (int g = 0; g < groups; ++g) offsets[g + 1] = offsets[g] + rows[g];
-  const int capacity = (groups ? *std::max_element(rows.begin(), rows.end()) : 0) + 5;
-  GroupedGemmParams p{};
-  p.group_offsets = offsets.data();
-  p.group_counts = counts.data();
-  p.num_groups = groups;
-  p.n = n;
-  p.capacity = capacity;
+  const HostGroups host(rows, n, 5);
   long long total = 0;
   for (int r : rows) total += (long long)((r + kM - 1) / kM) * ((n + kN - 1) / kN);
   for (int c = 0; c < ctas; ++c) {
     std::vector<int> numbers;  // the static order, through one past the end
     for (long long t = c; t <= total + ctas; t += ctas) numbers.push_back((int)t);
-    p.total_rows = offsets[groups];
-    compare_walks<kLayoutContiguous, kM, kN>(p, numbers);
-    p.total_rows = capacity * groups;
-    compare_walks<kLayoutMasked, kM, kN>(p, numbers);
+    compare_walks<kLayoutContiguous, kM, kN>(host.params(false), numbers);
+    compare_walks<kLayoutMasked, kM, kN>(host.params(true), numbers);
   }
 }
 
