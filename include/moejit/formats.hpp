@@ -61,6 +61,8 @@
 //   fields A[1:0], A[3:2], B[1:0], B[3:2] at bits s, s + 4, s + 8, s + 12 of the little-endian
 //   word, s = 2 (i % 2) + 16 (i / 2), so that the kernel widens a pair with one table-lookup byte
 //   permute (w4_sm90_interleave_codes / w4_sm90_code_pair in kernel_templates/moejit/common/w4_layout.cuh).
+//   The interleaving came in 2026-11-25 (docs/perf.md v12): weights packed by an earlier
+//   pack_w4_sm90 (one pair per byte) must be packed again; nothing in the bytes tells the two apart.
 //   Scale byte j: row {r0, r1}[j % 2]; MXFP4: 32-block 2 kb + j / 2 (j = 0..3); NVFP4: E4M3 of
 //   16-block 4 kb + j / 2 (j = 0..7). Rows past N and K past the end: code 0, scale 127 (MXFP4)
 //   / E4M3 0. NVFP4's per-expert fp32 tensor scales are not in the blocks: they are
