@@ -419,9 +419,9 @@ void convert_code_words(std::vector<std::uint8_t>& bytes, QuantShape shape, cons
       for (int at = 0; at < 4096; at += 4) {
         std::uint8_t* b = codes + at;
         const unsigned word = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<unsigned>(b[3]) << 24);
+        const unsigned stored = to_stored ? w4_sm90_interleave_codes(word) : 0;
         for (int p = 0; p < 4; ++p)
-          b[p] = to_stored ? static_cast<std::uint8_t>(w4_sm90_interleave_codes(word) >> (8 * p))
-                           : static_cast<std::uint8_t>(w4_sm90_code_pair(word, p));
+          b[p] = static_cast<std::uint8_t>(to_stored ? stored >> (8 * p) : w4_sm90_code_pair(word, p));
       }
     }
 }

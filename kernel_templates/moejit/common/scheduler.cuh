@@ -32,18 +32,20 @@ struct GroupTileCursor {
   int group_rows = 0;
   int m_tiles = 0;
 
-  __device__ __forceinline__ void load_group(const GroupedGemmParams& p) {
+  // First row and row count of group g. Clamped so that garbage offsets or counts can never
+  // address memory outside A or C.
+  __device__ __forceinline__ static void read_extent(const GroupedGemmParams& p, int g, int& first, int& rows) {
     if (kLayout == kLayoutContiguous) {
-      // Clamp so that garbage offsets can never address memory outside A or C.
-      int lo = min(max(__ldg(p.group_offsets + group), 0), p.total_rows);
-      int hi = min(max(__ldg(p.group_offsets + group + 1), lo), p.total_rows);
-      row_begin = lo;
-      group_rows = hi - lo;
+      first = min(max(__ldg(p.group_offsets + g), 0), p.total_rows);
+      rows = min(max(__ldg(p.group_offsets + g + 1), first), p.total_rows) - first;
     } else {
-      int count = __ldg(p.group_counts + group);
-      row_begin = group * p.capacity;
-      group_rows = min(max(count, 0), p.capacity);
+      first = g * p.capacity;
+      rows = min(max(__ldg(p.group_counts + g), 0), p.capacity);
     }
+  }
+
+  __device__ __forceinline__ void load_group(const GroupedGemmParams& p) {
+    read_extent(p, group, row_begin, group_rows);
     m_tiles = (group_rows + kBlockM - 1) / kBlockM;
     group_tiles = m_tiles * ((p.n + kBlockN - 1) / kBlockN);
   }
@@ -81,15 +83,7 @@ struct GroupTileCursor {
     while (group < p.num_groups) {
       const int g = group + lane;
       int lo = 0, rows = 0;
-      if (g < p.num_groups) {
-        if (kLayout == kLayoutContiguous) {
-          lo = min(max(__ldg(p.group_offsets + g), 0), p.total_rows);
-          rows = min(max(__ldg(p.group_offsets + g + 1), lo), p.total_rows) - lo;
-        } else {
-          lo = g * p.capacity;
-          rows = min(max(__ldg(p.group_counts + g), 0), p.capacity);
-        }
-      }
+      if (g < p.num_groups) read_extent(p, g, lo, rows);
       const int m = (int)(((unsigned)rows + kBlockM - 1) / kBlockM), tiles = m * n_tiles;
       int through = tiles;  // tiles of groups group .. g
 #pragma unroll
