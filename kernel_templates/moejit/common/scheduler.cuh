@@ -64,12 +64,13 @@ struct GroupTileCursor {
   }
 
   // seek() for a caller whose 32 lanes all ask for the same tile together (the FP8 and 4-bit
-  // Hopper consumer warps): past the current group the warp reads 32 groups' extents at once, one
-  // group per lane, and finds the tile's group with a prefix sum and a ballot. At decode a CTA
-  // walks past nearly every group (128 for Qwen3), and seek()'s one dependent load per group was
-  // ~37% of the 4-bit decode kernel's warp samples (docs/perf.md v12). The single-thread producers
-  // keep seek(): they run ahead of the consumers, so their walk is off the critical path. The bf16
-  // kernel keeps it too (no gain measured, 0.999-1.006x, and not GPU-tested with seek_warp).
+  // Hopper kernels' consumer warps and producer warp 0): past the current group the warp reads 32
+  // groups' extents at once, one group per lane, and finds the tile's group with a prefix sum and a
+  // ballot. At decode a CTA walks past nearly every group (128 for Qwen3): seek()'s one dependent
+  // load per group was ~37% of the 4-bit decode kernel's consumer samples (docs/perf.md v12), and
+  // in a one-thread producer ~75% of its time, so that the stages ran dry at each tile's start
+  // (v13). The bf16 kernel keeps seek() in both roles (no gain measured: consumers 0.999-1.006x,
+  // a producer warp 1.00x).
   __device__ __forceinline__ bool seek_warp(const GroupedGemmParams& p, int tile, TileCoord& out) {
     if (group < p.num_groups) {
       if (group_tiles < 0) load_group(p);

@@ -46,6 +46,14 @@ struct TileRing {
     return tile;
   }
 
+  // The producer's warp 0, all lanes (they walk the groups together, seek_warp): lane 0 publishes
+  // and shares the number. Only lane 0's slot and phase advance; the other lanes never read them.
+  __device__ __forceinline__ int publish_warp(int* counter) {
+    int tile = 0;
+    if ((threadIdx.x & 31u) == 0) tile = publish(counter);
+    return __shfl_sync(0xffffffffu, tile, 0);
+  }
+
   // The producer's thread 0 once publish returned `tile`, the first number past the last of
   // `total` tiles: exactly gridDim.x fetches land past the end, and the launch's last one
   // (total + gridDim.x - 1) resets the counter for the next launch (no memset between launches).

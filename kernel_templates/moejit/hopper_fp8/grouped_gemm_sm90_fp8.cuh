@@ -125,27 +125,32 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   TileCoord tile;
 
   if (warpgroup == 0) {
-    // One thread issues every copy (and fetches the dynamic scheduler's tiles): 24 registers, so
+    // One warp walks the tiles, one thread issues every copy: 24 registers, so
     // that the consumers get 240 (128 x 24 + 256 x 240 = 64512); at 232 the fused 128x192 kernel
     // with bias and a GLU spilled 4 bytes once the tile ring was added.
     warpgroup_release_registers<24>();
-    if (threadIdx.x == 0) {
+    // Warp 0 walks the groups 32 per step (seek_warp, as in the 4-bit kernel: a one-thread walk
+    // could not keep the stages full at decode); its lane 0 issues the copies.
+    if (threadIdx.x < 32) {
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
-        const int tile_index = kDynamic ? ring.publish(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
-        if (!cursor.seek(p, tile_index, tile)) {
-          if constexpr (kDynamic) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
+        const int tile_index = kDynamic ? ring.publish_warp(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
+        if (!cursor.seek_warp(p, tile_index, tile)) {
+          if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
           break;
         }
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + tile.n_block * kBlockN;
         for (int kb = 0; kb < num_k_blocks; ++kb) {
-          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
-          const unsigned full = full_bars + 8 * stage;
-          mbarrier_arrive_expect_tx(full, kABytes + kBBytes);
-          tma_load_2d(a_stages + stage * kABytes, tma_a, full, kb * kFp8BlockK, a_row);
-          tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
+          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);  // the whole warp waits, lane 0 issues
+          if (threadIdx.x == 0) {
+            const unsigned full = full_bars + 8 * stage;
+            mbarrier_arrive_expect_tx(full, kABytes + kBBytes);
+            tma_load_2d(a_stages + stage * kABytes, tma_a, full, kb * kFp8BlockK, a_row);
+            tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
+          }
+          __syncwarp();
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }

@@ -216,15 +216,17 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   // Registers: one CTA per SM starts every thread at 168 (65536 / 384, rounded down to 8), two at
   // 80 (65536 / 768); the producer gives back all but kProducerRegs and the consumers take what
   // that frees: (384 x 168 - 128 x 24) / 256 = 240, or 232 beside the gathering producer, which
-  // needs 40 (its row offsets); two CTAs (384 x 80 - 128 x 24) / 256 = 108 -> 104, or 96. Asking
-  // more than the CTA holds would hang. The 24-register producer (one thread: TMA and bulk copies)
-  // spills nothing (ptxas). (The MXFP4 64-token tile's wgmmas stay serialized, C7512, at 104 as at
-  // 96: the cause is the widening's slow-path branch, docs/perf.md v9.)
+  // needs 40 (its row offsets); two CTAs (384 x 80 - 128 x 32) / 256 = 104, or 96. Asking more
+  // than the CTA holds would hang. The producer (warp 0 walks the groups, lane 0 issues TMA and
+  // bulk copies) spills nothing at 24 (ptxas); with two CTAs it takes 32, which costs the consumers
+  // nothing (104 either way after rounding) and which the 16-token tile needs (at 24 ptxas
+  // serialized its wgmmas, C7512). (The MXFP4 64-token tile's wgmmas stay serialized, C7512, at
+  // 104 as at 96: the cause is the widening's slow-path branch, docs/perf.md v9.)
   constexpr bool kTwoCtas = w4rs_ctas_per_sm<kTokens, kRowsW>() == 2;
   // A gathering producer with one CTA per SM takes 56 (its consumers 224): distinct address
   // registers for its copies (at 40 every copy reused one pair, and waited for the previous
   // copy to have read it).
-  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? (kTwoCtas ? 40 : 56) : 24;
+  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? (kTwoCtas ? 40 : 56) : (kTwoCtas ? 32 : 24);
   constexpr int kConsumerRegs = ((kTwoCtas ? 80 : 168) * 384 - 128 * kProducerRegs) / 256 / 8 * 8;
 
   extern __shared__ unsigned char moejit_smem[];
@@ -256,6 +258,13 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   // Tiles: group-major, tokens as the cursor's "M" side, weight rows as its "N" side.
   GroupTileCursor<kLayout, kTokens, kRowsW> cursor;
   TileCoord tile;
+  // Producer and consumer warps walk the groups 32 per step (seek_warp), which pays at decode; on
+  // the static 64-token tile it made ptxas serialize the wgmmas (C7512 at 80 registers; in the
+  // consumers it ran 1.18x slower, docs/perf.md v12), and there one thread walks (seek).
+  constexpr bool kWarpSeek = !(kTokens == 64 && !kDynamic);
+  auto seek_tile = [&](int tile_index) {
+    return kWarpSeek ? cursor.seek_warp(p, tile_index, tile) : cursor.seek(p, tile_index, tile);
+  };
 
   if (warpgroup == 0) {
     warpgroup_release_registers<kProducerRegs>();
@@ -275,14 +284,12 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         int tile_index = (int)(blockIdx.x + tile_iter * gridDim.x);
         if constexpr (kDynamic) {
           if (threadIdx.x < 32) {
-            int published = 0;
-            if (threadIdx.x == 0) published = ring.publish(p.tile_counter);
-            tile_index = __shfl_sync(0xffffffffu, published, 0);
+            tile_index = ring.publish_warp(p.tile_counter);
           } else {
             tile_index = ring.take((int)threadIdx.x % 32);
           }
         }
-        if (!cursor.seek(p, tile_index, tile)) {
+        if (!cursor.seek_warp(p, tile_index, tile)) {
           if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
           break;
         }
@@ -311,23 +318,33 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       }
       // No thread exits with copies (and their arrivals) in flight.
       if constexpr (!Fuse::gather_tma) cp_async_wait_all_sm90();
-    } else if (threadIdx.x == 0) {
+    } else if (threadIdx.x < (kWarpSeek ? 32 : 1)) {
+      constexpr unsigned kWalkers = kWarpSeek ? 0xffffffffu : 1u;
+      // Warp 0 finds each tile's group (seek_warp) and its lane 0 issues the copies. With one
+      // thread's walk (one dependent load per group) the producer spent ~75% of its time walking
+      // at decode and could not keep the stages full (docs/perf.md v13).
+      static_assert(kWarpSeek || !kDynamic, "the dynamic scheduler's publish_warp needs the whole warp");
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
-        const int tile_index = kDynamic ? ring.publish(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
-        if (!cursor.seek(p, tile_index, tile)) {
-          if constexpr (kDynamic) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
+        const int tile_index = kDynamic ? ring.publish_warp(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
+        if (!seek_tile(tile_index)) {
+          if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
           break;
         }
         const int x_row = tile.row_begin + tile.m_block * kTokens;
         const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, run_bytes, kHeaderBytes);
         for (int kb = 0; kb < num_k_blocks; ++kb) {
+          // The whole warp waits; lane 0 issues. (With lane 0 alone in this loop and the other
+          // lanes parked at the next walk's shuffle, DeepSeek-V3 and Mixtral decode ran 5-10% slower.)
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
-          const unsigned full = full_bars + 8 * stage;
-          mbarrier_arrive_expect_tx(full, kXBytes + kBlocks * kBlockBytes);
-          tma_load_2d(x_stages + stage * kXBytes, tma_a, full, kb * 64, x_row);
-          w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full);
+          if (threadIdx.x == 0) {
+            const unsigned full = full_bars + 8 * stage;
+            mbarrier_arrive_expect_tx(full, kXBytes + kBlocks * kBlockBytes);
+            tma_load_2d(x_stages + stage * kXBytes, tma_a, full, kb * 64, x_row);
+            w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full);
+          }
+          __syncwarp(kWalkers);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
@@ -427,10 +444,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     unsigned frag0[kSlices][4][4], frag1[kSlices][4][4];
     for (int tile_iter = 0;; ++tile_iter) {
       const int tile_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
-      // The warp-wide walk (32 groups per step) pays at decode; on the static 64-token tile it made
-      // ptxas serialize the wgmmas (C7512, 80 registers) and ran 1.18x slower (docs/perf.md v12).
-      constexpr bool kWarpSeek = !(kTokens == 64 && !kDynamic);
-      if (!(kWarpSeek ? cursor.seek_warp(p, tile_index, tile) : cursor.seek(p, tile_index, tile))) break;
+      if (!seek_tile(tile_index)) break;
       // acc register 4j + 2h + e of slice i: weight row slice_row(i) + 8h, token 8j + 2(lane%4) + e.
       auto slice_row = [&](int i) {
         return tile.n_block * kRowsW + slice_block * 128 + slice_part(i) * 64 + warp_in_group * 16 + lane / 4;
