@@ -121,9 +121,12 @@ std::string short_spec(const moejit::KernelSpec& s) {
 }
 
 // Median time of one launch over about `budget_ms` of launches (min_reps..max_reps), after
-// `warmups` launches.
+// `warmups` launches and then launches for at least `warmup_ms` (as triton's do_bench, which times
+// the torch peers with warmup=25): a case's clocks settle to its own load first. With 3 launches
+// alone, a decode case timed right after a prefill case ran 10-37% slower than in a run without
+// one (4-bit kernels, H100, docs/perf.md v13): the SM clock was still down from the heavy case.
 double time_kernel(const moejit::Kernel& kernel, const moejit::GroupedGemmArgs& args, cudaEvent_t start, cudaEvent_t stop,
-                   float budget_ms, int warmups = 1, int min_reps = 3, int max_reps = 50) {
+                   float budget_ms, int warmups = 1, int min_reps = 3, int max_reps = 50, float warmup_ms = 0.f) {
   for (int i = 0; i < warmups; ++i) kernel.launch(args, nullptr);
   check(cudaDeviceSynchronize(), "warm-up");
   float once = 0;
@@ -132,6 +135,11 @@ double time_kernel(const moejit::Kernel& kernel, const moejit::GroupedGemmArgs& 
   cudaEventRecord(stop);
   cudaEventSynchronize(stop);
   cudaEventElapsedTime(&once, start, stop);
+  if (warmup_ms > 0.f) {
+    const int more = std::min((int)(warmup_ms / std::max(once, 1e-3f)), 10000);
+    for (int i = 0; i < more; ++i) kernel.launch(args, nullptr);
+    check(cudaDeviceSynchronize(), "warm-up");
+  }
   int reps = std::clamp((int)(budget_ms / std::max(once, 1e-3f)), min_reps, max_reps);
   std::vector<float> ms(reps);
   for (auto& t : ms) {
@@ -314,8 +322,8 @@ int main(int argc, char** argv) {
         }
         for (const moejit::KernelSpec& spec : specs) {
         moejit::Kernel kernel = rt.kernel(spec);
-        // 3 warm-up launches, then repetitions sized to ~200 ms (5..100).
-        double med = time_kernel(kernel, args, start, stop, 200.f, 3, 5, 100);
+        // 3 warm-up launches and 25 ms of them, then repetitions sized to ~200 ms (5..100).
+        double med = time_kernel(kernel, args, start, stop, 200.f, 3, 5, 100, 25.f);
         double flops = 2.0 * rows * n * k;
         double bytes = 2.0 * ((double)active * n * k + (double)rows * k + (double)rows * n);
         if (fp8 || w4)  // the format's bytes: active experts' weights with their scales, A (+ scales), C
