@@ -20,22 +20,19 @@ constexpr TileChoice kHopperLarge = {{128, 256, 64}, 4, 1, 1};
 constexpr TileChoice kHopperSmall = {{64, 128, 64}, 8, 1, 1};
 // 128x256 on CTA pairs that share A through TMA multicast (docs/perf.md, v4).
 constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
-// FP8 block-scaled (hopper_fp8/, docs/results/2026-11-23-fp8-prototype.md, H100, DeepSeek-V3):
-// 64x256 with 5 stages is faster up to 128 rows per expert (up 128 tokens 2.55 vs 3.01 ms, 4096
-// tokens 555/544 vs 496/452 TFLOP/s); 128x128 with 6 stages at 512 rows (16384 tokens: 771/761
-// vs 742/472 TFLOP/s). Scheduler: scheduler_for above.
+// FP8 block-scaled (hopper_fp8/). 128x192: each consumer 64x192, 1.5x the MMA work per promotion
+// and per A byte of 128x128. Re-measured on v13's kernels (H100, same process, two processes, every
+// tile x scheduler at 1024/4096/16384 tokens; docs/results/2026-11-25-v13-fp8-tile-sweep.txt):
+// 128x192 is the fastest tile from 64 rows per active expert on (Qwen3 1024 tokens +2-3% over
+// 64x256; at 128 rows gpt-oss 4096 +15-18%, DeepSeek-V3 4096 +4-9%; Qwen3 down 4096, K = 768, +5%
+// over 128x128; 512+ rows +7-30%), 64x256 at 32 rows (DeepSeek-V3 and gpt-oss 1024 tokens, 2-6%).
+// The switch sits between, at 48. 128x128 (6 stages) won no suite case and is left to the tuner.
+// (v9's rule, on older kernels: 64x256 below 256 rows, 128x128 between 256 and 512 rows with K <
+// 1024.) Scheduler: scheduler_for above.
 constexpr TileChoice kFp8Small = {{64, 256, 128}, 5, 1, 1};
 constexpr TileChoice kFp8Large = {{128, 128, 128}, 6, 1, 1};
-constexpr int kFp8LargeTileMinRows = 256;  // mean rows per active expert; measured at 128 and 512
-// 128x192 (each consumer 64x192: 1.5x the MMA work per promotion and per A byte) against 128x128,
-// H100, same process, after v8's leaner k-loop (docs/perf.md v9): faster at every suite case from
-// 512 rows per expert (gpt-oss 16384 +9% / +11.5%, DeepSeek-V3 down 16384 +8%, Mixtral 16384
-// +19% / +17%, Qwen3 16384 +6% / +2%) and at 256 rows unless K is short (Mixtral 1024 +1% / +14%,
-// Qwen3 up 4096 +11%; Qwen3 down 4096, K = 768: -12%). (v7, before that change, found it slower
-// at K <= 2880.)
 constexpr TileChoice kFp8Wide = {{128, 192, 128}, 5, 1, 1};
-constexpr int kFp8WideTileMinRows = 512;  // from here 128x192 whatever K
-constexpr int kFp8WideTileMinK = 1024;    // between 256 and 512 rows, 128x192 from this K
+constexpr int kFp8WideTileMinRows = 48;  // mean rows per active expert
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
 // beat 64 at 16384 tokens (409-462 vs 295-320 TFLOP/s). Since the 64-token tile runs two CTAs per
@@ -127,8 +124,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Elsewhere (and with gather or a split GLU, which the Hopper FP8 kernel does not fuse) the
     // portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
     spec.family = KernelFamily::hopper;
-    const bool wide = mean_rows >= kFp8WideTileMinRows || problem.k >= kFp8WideTileMinK;
-    spec = with_tile(spec, mean_rows < kFp8LargeTileMinRows ? kFp8Small : wide ? kFp8Wide : kFp8Large);
+    spec = with_tile(spec, mean_rows >= kFp8WideTileMinRows ? kFp8Wide : kFp8Small);
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
     spec.validate();
     return spec;
