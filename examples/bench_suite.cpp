@@ -14,6 +14,7 @@
 // (A bf16, B pre-arranged by pack_w4_sm90). Operands are random valid codes and scales (no NaN);
 // gbps then counts the format's bytes: weights of active experts with their scales, A (+ its
 // scales), C. Routing draws the same random numbers in every format, so one routing file serves all.
+// BENCH_WARMUP_MS (default 25): each case's warm-up launches before it is timed (0 under ncu).
 //
 // BENCH_TUNE=1: heuristic against autotuner instead. Each case runs Runtime::tune (every
 // candidate config compiled in parallel and timed, TUNE_MS ms each, default 20), then times the
@@ -179,6 +180,7 @@ int main(int argc, char** argv) {
   if (const char* ms = std::getenv("TUNE_MS")) tune_options.ms_per_candidate = std::stod(ms);
   std::vector<TuneRow> tune_rows;
   const std::string format = std::getenv("FORMAT") ? std::getenv("FORMAT") : "bf16";
+  const float warmup_ms = std::getenv("BENCH_WARMUP_MS") ? std::stof(std::getenv("BENCH_WARMUP_MS")) : 25.f;
   if (format != "bf16" && format != "e4m3" && format != "mxfp4" && format != "nvfp4") {
     fmt::print(stderr, "FORMAT={} (expected bf16, e4m3, mxfp4 or nvfp4)\n", format);
     return 2;
@@ -322,8 +324,9 @@ int main(int argc, char** argv) {
         }
         for (const moejit::KernelSpec& spec : specs) {
         moejit::Kernel kernel = rt.kernel(spec);
-        // 3 warm-up launches and 25 ms of them, then repetitions sized to ~200 ms (5..100).
-        double med = time_kernel(kernel, args, start, stop, 200.f, 3, 5, 100, 25.f);
+        // 3 warm-up launches and 25 ms of them (BENCH_WARMUP_MS; 0 for Nsight Compute, whose
+        // --launch-skip then counts 3 + 1 + repetitions per case), then repetitions sized to ~200 ms (5..100).
+        double med = time_kernel(kernel, args, start, stop, 200.f, 3, 5, 100, warmup_ms);
         double flops = 2.0 * rows * n * k;
         double bytes = 2.0 * ((double)active * n * k + (double)rows * k + (double)rows * n);
         if (fp8 || w4)  // the format's bytes: active experts' weights with their scales, A (+ scales), C

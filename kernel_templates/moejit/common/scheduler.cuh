@@ -68,7 +68,7 @@ struct GroupTileCursor {
   // groups' extents at once, one group per lane, and finds the tile's group with a prefix sum and a
   // ballot. At decode a CTA walks past nearly every group (128 for Qwen3): seek()'s one dependent
   // load per group was ~37% of the 4-bit decode kernel's consumer samples (docs/perf.md v12), and
-  // in a one-thread producer ~75% of its time, so that the stages ran dry at each tile's start
+  // in a one-thread producer 64% of its samples, so that the stages ran dry at each tile's start
   // (v13). The bf16 kernel keeps seek() in both roles (no gain measured: consumers 0.999-1.006x,
   // a producer warp 1.00x).
   __device__ __forceinline__ bool seek_warp(const GroupedGemmParams& p, int tile, TileCoord& out) {

@@ -321,7 +321,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     } else if (threadIdx.x < (kWarpSeek ? 32 : 1)) {
       constexpr unsigned kWalkers = kWarpSeek ? 0xffffffffu : 1u;
       // Warp 0 finds each tile's group (seek_warp) and its lane 0 issues the copies. With one
-      // thread's walk (one dependent load per group) the producer spent ~75% of its time walking
+      // thread's walk (one dependent load per group) the producer spent 64% of its samples walking
       // at decode and could not keep the stages full (docs/perf.md v13).
       static_assert(kWarpSeek || !kDynamic, "the dynamic scheduler's publish_warp needs the whole warp");
       int stage = 0;
