@@ -319,18 +319,18 @@ TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]
   }
 }
 
-TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 256 rows per expert, 128x192 from 512 or from K 1024", "[compile]") {
+TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per expert, 128x192 from 48", "[compile]") {
   auto candidates = fp8_candidates(Arch{9, 0, true});
   for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
     for (int k : {768, 2048, 2880, 4096, 7168})
-      for (int rows_per_group : {1, 16, 128, 255, 256, 511, 512, 4096}) {
+      for (int rows_per_group : {1, 16, 47, 48, 128, 255, 256, 511, 512, 4096}) {
         std::vector<int> sizes(256, rows_per_group);
         GemmProblem p{layout, DType::e4m3, DType::bf16, 256, 4096, k, 256LL * rows_per_group, sizes};
         KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
         INFO(s.to_text());
         CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
-        CHECK(s.tile.m == (rows_per_group < 256 ? 64 : 128));
-        CHECK(s.tile.n == (rows_per_group < 256 ? 256 : rows_per_group >= 512 || k >= 1024 ? 192 : 128));
+        CHECK(s.tile.m == (rows_per_group < 48 ? 64 : 128));
+        CHECK(s.tile.n == (rows_per_group < 48 ? 256 : 192));
       }
   GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 7168, 64, {}};
   KernelSpec ampere = choose_spec(p, Arch{8, 0, false}, 108);  // the portable family widens FP8
