@@ -37,6 +37,7 @@
 
 #include "moe_models.hpp"
 #include "spec_overrides.hpp"
+#include "moejit/common/w4_layout.cuh"  // the packed 4-bit block size
 #include "moejit/moejit.hpp"
 
 namespace {
@@ -105,7 +106,7 @@ std::vector<std::uint8_t> scale_pattern(std::mt19937& rng) {
 // stay below 0x80 (the upper code's sign +), so that a kernel reading the layout before its row
 // exponents (v9) sees only scales <= 2^1 wherever it looks: the templates A/B of docs/perf.md v10.
 std::vector<std::uint8_t> w4_pattern(std::mt19937& rng, moejit::DType format) {
-  const std::size_t block = format == moejit::DType::nvfp4 ? 6144 : 5120;
+  const std::size_t block = moejit::w4_sm90_block_bytes(format == moejit::DType::nvfp4);
   std::vector<std::uint8_t> out((16 << 20) / block * block);
   for (std::size_t i = 0; i < out.size(); ++i) {
     const unsigned r = rng();
@@ -185,7 +186,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "FORMAT={} (expected bf16, e4m3, mxfp4 or nvfp4)\n", format);
     return 2;
   }
-  const bool fp8 = format == "e4m3", w4 = format == "mxfp4" || format == "nvfp4";
+  const bool fp8 = format == "e4m3", w4 = format == "mxfp4" || format == "nvfp4", nvfp4 = format == "nvfp4";
   const moejit::DType w4_type = format == "nvfp4" ? moejit::DType::nvfp4 : moejit::DType::mxfp4;
   std::mt19937 fill_rng(7);  // quantized operands: kept apart from the routing's numbers
   std::vector<std::uint8_t> codes_pattern, scales_pattern;
@@ -220,7 +221,7 @@ int main(int argc, char** argv) {
         // One 128-row run of the packed layout (formats.hpp): its header (MXFP4's row exponents,
         // 0 here) and K blocks taken from the pattern, repeated over every run of every expert.
         const std::size_t blocks = (k + 63) / 64, runs = (std::size_t)m.experts * ((n + 127) / 128);
-        const std::size_t block_bytes = format == "nvfp4" ? 6144 : 5120, run_bytes = b_bytes / runs;
+        const std::size_t block_bytes = moejit::w4_sm90_block_bytes(format == "nvfp4"), run_bytes = b_bytes / runs;
         std::vector<std::uint8_t> run(run_bytes, 0);
         const std::size_t header = run_bytes - blocks * block_bytes;
         for (std::size_t i = 0; i < blocks * block_bytes; ++i) run[header + i] = codes_pattern[i % codes_pattern.size()];
@@ -329,9 +330,16 @@ int main(int argc, char** argv) {
         double med = time_kernel(kernel, args, start, stop, 200.f, 3, 5, 100, warmup_ms);
         double flops = 2.0 * rows * n * k;
         double bytes = 2.0 * ((double)active * n * k + (double)rows * k + (double)rows * n);
-        if (fp8 || w4)  // the format's bytes: active experts' weights with their scales, A (+ scales), C
-          bytes = (double)b_bytes / m.experts * active + (double)b_scale_bytes / m.experts * active + (double)a_bytes +
-                  (double)a_scale_bytes + 2.0 * rows * n;
+        // The format's bytes: active experts' weights with their scales, A (+ scales), C. 4-bit:
+        // the format's own (N K / 2 of codes + one scale byte per 32 or 16 K of each row, NVFP4's
+        // fp32 tensor scale), not the packed layout's, which pads N to 128 rows and adds MXFP4's
+        // row exponents (and, until v13, repeated every scale four times): the floor is the format.
+        if (fp8 || w4) {
+          const double weight_bytes = w4 ? (double)n * k / 2 + (double)n * ((k + (nvfp4 ? 15 : 31)) / (nvfp4 ? 16 : 32))
+                                         : (double)b_bytes / m.experts;
+          bytes = weight_bytes * active + (double)b_scale_bytes / m.experts * active + (double)a_bytes + (double)a_scale_bytes +
+                  2.0 * rows * n;
+        }
         fmt::print("{},{},{},{},{},{},{},{},{},{:.4f},{:.1f},{:.1f},{}\n", m.name, gemm, tokens, m.experts, m.topk, n, k, rows,
                    active, med, flops / med / 1e9, bytes / med / 1e6, spec.to_text());
         std::fflush(stdout);

@@ -542,12 +542,12 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
   const Mxfp4Tensor mx = quantize_mxfp4(x.data(), shape);
   const Nvfp4Tensor nv = quantize_nvfp4(x.data(), shape);
   // MXFP4: 2 experts x 2 runs of (128-byte row-exponent header + 2 blocks); NVFP4 has no header.
-  constexpr std::size_t kMxRun = 128 + 2 * 5120;
+  constexpr std::size_t kMxRun = 128 + 2 * 4352;
   CHECK(w4_sm90_packed_bytes(shape, QuantFormat::mxfp4) == 2 * 2 * kMxRun);
-  CHECK(w4_sm90_packed_bytes(shape, QuantFormat::nvfp4) == 2 * 2 * 2 * 6144);
+  CHECK(w4_sm90_packed_bytes(shape, QuantFormat::nvfp4) == 2 * 2 * 2 * 4608);
   const std::vector<std::uint8_t> pm = pack_w4_sm90(mx), pn = pack_w4_sm90(nv);
   REQUIRE(pm.size() == 2 * 2 * kMxRun);
-  REQUIRE(pn.size() == 2 * 2 * 2 * 6144);
+  REQUIRE(pn.size() == 2 * 2 * 2 * 4608);
   // Rows scaled by up to 2^8 have block scales above 2^1: their scales are stored relative to the
   // row's exponent (checked for every element below), here for some rows.
   int rows_with_exponent = 0;
@@ -558,16 +558,17 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
 
   // Expert 1, row block 0, K block 1; consumer w = 1, thread t = 37 (warp 1, lane 5: r0 = 64 + 16 + 1
   // = 81, c = 1); code byte kk = 1, i = 3: row r1 = 89, K = 64 + 16 + 2 + 8 = 90 (and 91).
-  const std::size_t mx_block = (1 * 2 + 0) * kMxRun + 128 + 1 * 5120;
+  const std::size_t mx_block = (1 * 2 + 0) * kMxRun + 128 + 1 * 4352;
   CHECK(w4_code_pair(pm, mx_block, (128 + 37) * 16 + 1 * 4 + 3) == mx.data[((1 * 200 + 89) * 96 + 90) / 2]);
   // MXFP4 scale byte j = 3: row r1 = 89, 32-block 2 * 1 + 1 = 3 (past K = 96: padding 127).
-  CHECK(pm[mx_block + 4096 + (128 + 37) * 4 + 3] == 127);
+  // The scales sit once per quad: thread 128 + 37 reads quad (128 + 37) / 4 = 41.
+  CHECK(pm[mx_block + 4096 + 41 * 4 + 3] == 127);
   // j = 1: row 89, 32-block 2 (K 64..95).
-  CHECK(pm[mx_block + 4096 + (128 + 37) * 4 + 1] + mx_exponent(1, 89) == mx.scales[(1 * 200 + 89) * 3 + 2]);
+  CHECK(pm[mx_block + 4096 + 41 * 4 + 1] + mx_exponent(1, 89) == mx.scales[(1 * 200 + 89) * 3 + 2]);
   // NVFP4 scale byte j = 2: row r0 = 81, 16-block 4 * 1 + 1 = 5 (K 80..95).
-  const std::size_t nv_block = ((1 * 2 + 0) * 2 + 1) * 6144;
-  CHECK(pn[nv_block + 4096 + (128 + 37) * 8 + 2] == nv.scales[(1 * 200 + 81) * 6 + 5]);
-  CHECK(pn[nv_block + 4096 + (128 + 37) * 8 + 7] == 0);  // 16-block 7: past K, scale 0
+  const std::size_t nv_block = ((1 * 2 + 0) * 2 + 1) * 4608;
+  CHECK(pn[nv_block + 4096 + 41 * 8 + 2] == nv.scales[(1 * 200 + 81) * 6 + 5]);
+  CHECK(pn[nv_block + 4096 + 41 * 8 + 7] == 0);  // 16-block 7: past K, scale 0
   // Rows past N = 200 in the second row block: zero codes.
   const std::size_t last = (0 * 2 + 1) * kMxRun + 128;
   CHECK(pm[last + (128 + 127) * 16] == 0);  // w = 1, t = 127: r0 = 128 + 64 + 48 + 7 = 247
@@ -580,7 +581,7 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
       for (int k = 0; k < 96; k += 2) {
         const W4Offsets m = w4_sm90_offsets(r, k, k_blocks64, false), v = w4_sm90_offsets(r, k, k_blocks64, true);
         const std::size_t mx_at = (std::size_t)g * n_blocks * kMxRun + m.block;
-        const std::size_t nv_at = (std::size_t)g * n_blocks * k_blocks64 * 6144 + v.block;
+        const std::size_t nv_at = (std::size_t)g * n_blocks * k_blocks64 * 4608 + v.block;
         REQUIRE(v.exponent == -1);
         REQUIRE(m.exponent == (r / 128) * (std::int64_t)kMxRun + r % 128);
         const std::size_t element = ((std::size_t)g * 200 + r) * 96 + k;
@@ -603,7 +604,7 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
   require_invalid_argument([&] { w4_sm90_packed_bytes(shape, QuantFormat::fp8_e4m3); }, "format=fp8_e4m3");
   require_invalid_argument([&] { w4_sm90_packed_bytes({1, 8, 48}, QuantFormat::mxfp4); }, "shape.k=48");
   std::vector<std::uint8_t> short_packed(pm.begin(), pm.end() - 1);
-  require_invalid_argument([&] { unpack_mxfp4_w4_sm90(short_packed, shape); }, "packed has 41471 entries");
+  require_invalid_argument([&] { unpack_mxfp4_w4_sm90(short_packed, shape); }, "packed has 35327 entries");
   Nvfp4Tensor no_scales = nv;
   no_scales.tensor_scales.clear();
   require_invalid_argument([&] { pack_w4_sm90(no_scales); }, "weights.tensor_scales has 0 entries");
@@ -631,7 +632,7 @@ TEST_CASE("w4 sm90 pack: MXFP4 row exponents, NaN blocks, flushed blocks, expert
   scale(1, 5, 2) = 0xFF;                         // a NaN block in a row of small scales
 
   const std::vector<std::uint8_t> packed = pack_w4_sm90(mx);
-  constexpr std::size_t kRun = 128 + 2 * 5120, kExpert = 2 * kRun;
+  constexpr std::size_t kRun = 128 + 2 * 4352, kExpert = 2 * kRun;
   auto stored_scale = [&](int g, int r, int k) {
     const W4Offsets at = w4_sm90_offsets(r, k, 2, false);
     return packed[g * kExpert + at.block + at.scale];

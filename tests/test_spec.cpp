@@ -162,10 +162,10 @@ TEST_CASE("4-bit weight-only hopper spec: defaults, canonical text, shared memor
         "family=hopper,arch=sm_90a,layout=contiguous,a=bf16,b=mxfp4,c=bf16,acc=f32,tile=64x128x64,stages=8,"
         "cluster=1x1,sched=static,fuse=none,act=none");
   CHECK(KernelSpec::parse(s.to_text()) == s);
-  CHECK(s.dynamic_smem_bytes() == 8 * (64 * 128 + 5120) + 2048);  // w4rs_smem_bytes<64, 8, kMXFP4>()
+  CHECK(s.dynamic_smem_bytes() == 8 * (64 * 128 + 4352) + 2048);  // w4rs_smem_bytes<64, 8, kMXFP4>()
   auto nv = KernelSpec::parse("family=hopper,b=nvfp4,tile=128x128x64,layout=masked,c=f16");
   nv.validate();
-  CHECK(nv.dynamic_smem_bytes() == 8 * (128 * 128 + 6144) + 2048);
+  CHECK(nv.dynamic_smem_bytes() == 8 * (128 * 128 + 4608) + 2048);
   CHECK(KernelSpec::parse(nv.to_text()) == nv);
   CHECK_FALSE(KernelSpec::parse("family=hopper").is_weight_only_4bit());
   auto portable = KernelSpec::parse("family=portable,arch=sm_80,b=nvfp4,c=f32");  // the 16-bit tile defaults

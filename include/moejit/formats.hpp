@@ -50,9 +50,12 @@
 //   after another, so experts packed one by one concatenate into the whole tensor): a header of
 //   header_bytes = 128 (MXFP4: byte i is the exponent e of row 128 nb + i, 0 past N) or 0 (NVFP4),
 //   then ceil(K/64) blocks of 128 weight rows x 64 K, each one contiguous run of block_bytes =
-//   4096 + 1024 (MXFP4) or 4096 + 2048 (NVFP4) bytes, one bulk copy per stage:
+//   4096 + 256 (MXFP4) or 4096 + 512 (NVFP4) bytes, one bulk copy per stage:
 //     bytes [0, 4096):   [w 0..1][t 0..127][16 bytes of codes]
-//     bytes [4096, ...): [w 0..1][t 0..127][4 (MXFP4) or 8 (NVFP4) bytes of scales]
+//     bytes [4096, ...): [w 0..1][quad t / 4: 0..31][4 (MXFP4) or 8 (NVFP4) bytes of scales]
+//   (the four threads of a quad multiply the same rows and read one copy of their scales; until
+//   2026-11-25, docs/perf.md v13, each thread had its own: blocks of 5120 / 6144 bytes, which the
+//   kernels of this version no longer read: weights packed before must be packed again)
 //   with warp = t / 32, lane = t % 32, r0 = 128 nb + 64 w + 16 warp + lane / 4, r1 = r0 + 8,
 //   c = lane % 4 (the m64k16 register fragment of wgmma's A operand, so each thread widens exactly
 //   the elements it multiplies): code pair 4 kk + i (kk = 0..3) holds the E2M1 codes (A = lower K,

@@ -400,7 +400,8 @@ void for_each_w4_byte(QuantShape shape, const W4Layout& layout, Code&& visit, Sc
               for (int i = 0; i < 4; ++i)
                 visit(base + (w * 128 + t) * 16 + kk * 4 + i, g, rows[i & 1], kb * 64 + kk * 16 + 2 * c + (i >= 2 ? 8 : 0));
             for (int j = 0; j < layout.scales_per_thread; ++j)
-              visit_scale(base + 4096 + (w * 128 + t) * layout.scales_per_thread + j, g, rows[j & 1],
+              // The four threads of a quad share one copy (visited once per thread, same value).
+              visit_scale(base + w4_sm90_scale_offset(w * 128 + t, layout.nvfp4) + j, g, rows[j & 1],
                           kb * (64 / layout.scale_block) + j / 2);
           }
       }

@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "moejit/common/w4_layout.cuh"  // the pre-arranged 4-bit block size
 #include "moejit/errors.hpp"
 #include "util/hash.hpp"
 
@@ -260,9 +261,9 @@ int KernelSpec::dynamic_smem_bytes() const {
   }
   if (family == KernelFamily::hopper && is_weight_only_4bit()) {
     // hopper_w4/ w4rs_smem_bytes<>(): per stage 64 K of BF16 per token + one pre-arranged weight
-    // block (4096 bytes of codes + 1024 (MXFP4) or 2048 (NVFP4) of scales).
+    // block (common/w4_layout.cuh: 4096 bytes of codes + 256 (MXFP4) or 512 (NVFP4) of scales).
     // 256 weight rows per tile: two blocks per stage.
-    return stages * (tile.m * 128 + (tile.n / 128) * (b == DType::nvfp4 ? 6144 : 5120)) + 2048;
+    return stages * (tile.m * 128 + (tile.n / 128) * w4_sm90_block_bytes(b == DType::nvfp4)) + 2048;
   }
   if (family == KernelFamily::hopper) {
     int base = stages * (tile.m + tile.n) * 64 * 2 + 2048;
@@ -405,11 +406,11 @@ std::string operand_formats(const KernelSpec& spec) {
     out += fmt::format("A  {} {}[K]\n", moejit::to_text(spec.a), rows);
     if (spec.b == DType::mxfp4)
       out += "B  mxfp4 (E2M1 + E8M0 scale per 32 K) pre-arranged by pack_w4_sm90: [E][ceil(N/128)] runs of a "
-             "128-byte row-exponent header and ceil(K/64) blocks of 5120 bytes (fragment-order codes, then scales "
+             "128-byte row-exponent header and ceil(K/64) blocks of 4352 bytes (fragment-order codes, then scales "
              "relative to the row exponent)\n";
     else
       out += "B  nvfp4 (E2M1 + E4M3 scale per 16 K) pre-arranged by pack_w4_sm90: [E][ceil(N/128)][ceil(K/64)] "
-             "blocks of 6144 bytes (fragment-order codes, then scales); b_tensor_scales fp32 [E]\n";
+             "blocks of 4608 bytes (fragment-order codes, then scales); b_tensor_scales fp32 [E]\n";
   } else {
     out += fmt::format("A  {} {}[K]\n", moejit::to_text(spec.a), rows);
     out += fmt::format("B  {} [E][N][K]\n", moejit::to_text(spec.b));

@@ -14,9 +14,19 @@
 
 namespace moejit {
 
-// Bytes of one block of 128 weight rows x 64 K: 4096 of codes + the scales (MXFP4 one per 32 K,
-// NVFP4 one per 16 K, per row).
-__host__ __device__ constexpr int w4_sm90_block_bytes(bool nvfp4) { return nvfp4 ? 6144 : 5120; }
+// Scale bytes per quad (the four fragment threads of lane / 4, which multiply the same two rows
+// r0, r1 over the same K blocks): MXFP4 2 rows x 2 blocks of 32, NVFP4 2 rows x 4 blocks of 16.
+// One copy per quad: until v13 each thread had its own (4x the scale bytes: 18% / 33% more bytes
+// per block for MXFP4 / NVFP4 to stream at decode, where the weights' bytes are the floor).
+__host__ __device__ constexpr int w4_sm90_quad_scale_bytes(bool nvfp4) { return nvfp4 ? 8 : 4; }
+// Bytes of one block of 128 weight rows x 64 K: 4096 of codes, then the scales of 2 x 32 quads:
+// 4352 (MXFP4) or 4608 (NVFP4), the format's own bytes (codes + one scale per block and row).
+__host__ __device__ constexpr int w4_sm90_block_bytes(bool nvfp4) { return 4096 + 64 * w4_sm90_quad_scale_bytes(nvfp4); }
+// Byte offset, inside a block, of the scales of fragment thread `thread` = w * 128 + t (w: the
+// 64-row part, t: 0..127 within it): its quad's (thread / 4) copy.
+__host__ __device__ constexpr int w4_sm90_scale_offset(int thread, bool nvfp4) {
+  return 4096 + (thread / 4) * w4_sm90_quad_scale_bytes(nvfp4);
+}
 // Bytes before each 128-row block's run of K blocks: MXFP4's row exponents (one byte per row; the
 // stored scales are relative to them, formats.hpp), none for NVFP4.
 __host__ __device__ constexpr int w4_sm90_header_bytes(bool nvfp4) { return nvfp4 ? 0 : 128; }
@@ -69,7 +79,7 @@ __host__ __device__ inline W4Offsets w4_sm90_offsets(int r, int k, int k_blocks6
   out.block = run + w4_sm90_header_bytes(nvfp4) + static_cast<long long>(k / 64) * w4_sm90_block_bytes(nvfp4);
   out.exponent = nvfp4 ? -1 : run + rr;
   out.code = (thread0 + c) * 16 + kk * 4 + h + 2 * half;
-  out.scale = 4096 + thread0 * (nvfp4 ? 8 : 4) + h + 2 * (nvfp4 ? kk : kin / 32);
+  out.scale = w4_sm90_scale_offset(thread0, nvfp4) + h + 2 * (nvfp4 ? kk : kin / 32);
   return out;
 }
 

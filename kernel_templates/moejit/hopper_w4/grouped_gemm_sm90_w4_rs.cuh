@@ -8,10 +8,11 @@
 //
 // Weights are pre-arranged offline (fragment order; moejit::pack_w4_sm90 in formats.hpp makes it)
 // so that each consumer thread's bytes of a stage are 16 contiguous bytes of codes and 4 (MXFP4)
-// or 8 (NVFP4) of scales. Block (group g, weight rows 128 nb.., K 64 kb..) is 5120 (MXFP4) or
-// 6144 (NVFP4) contiguous bytes, blocks ordered [g][ceil(N/128)][ceil(K/64)], each 128-row run of
-// K blocks after a header (common/w4_layout.cuh: MXFP4 one exponent byte per row, NVFP4 none):
-//   [consumer w 0..1][thread t 0..127][16 B codes]   then   [w][t][4 or 8 B scales]
+// or 8 (NVFP4) of scales, the latter shared by the four threads of a quad (they multiply the same
+// rows). Block (group g, weight rows 128 nb.., K 64 kb..) is 4352 (MXFP4) or 4608 (NVFP4)
+// contiguous bytes, blocks ordered [g][ceil(N/128)][ceil(K/64)], each 128-row run of K blocks
+// after a header (common/w4_layout.cuh: MXFP4 one exponent byte per row, NVFP4 none):
+//   [consumer w 0..1][thread t 0..127][16 B codes]   then   [w][quad t / 4: 0..31][4 or 8 B scales]
 // With warp = t / 32, lane = t % 32, r0 = 128 nb + 64 w + 16 warp + lane / 4, r1 = r0 + 8,
 // c = lane % 4: code pair 4 kk + i (k step kk = 0..3 of 16) holds the two E2M1 codes (A = lower
 // K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] (+0, +1); the four
@@ -204,7 +205,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   static_assert(kRowsW == 128 || (kRowsW == 256 && kTokens == 64), "weight rows per tile: 128, or 256 with 64 tokens");
   static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW>() <= 232448, "stages do not fit in 227 KB");
   constexpr unsigned kBlockBytes = w4_block_bytes<kFormat>();
-  constexpr unsigned kScaleBytes = kFormat == kNVFP4 ? 8 : 4;  // per consumer thread per stage
+  constexpr unsigned kScaleBytes = kFormat == kNVFP4 ? 8 : 4;  // per consumer thread per stage (its quad's copy)
   static_assert(kTypeC == kBF16 || kTypeC == kF16, "prototype: 16-bit C");
   constexpr int kBlocks = kRowsW / 128;   // pre-arranged weight blocks per stage
   constexpr int kSlices = kBlocks;        // 64-row slices (accumulator sets) per consumer
@@ -368,7 +369,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     auto widen_slice = [&](unsigned (&frag)[4][4], int slice) {
       const unsigned w_stage = w_stages + (stage * kBlocks + slice_block) * kBlockBytes;
       const unsigned my_codes = (slice_part(slice) * 128 + t) * 16;
-      const unsigned my_scales = 4096 + (slice_part(slice) * 128 + t) * kScaleBytes;
+      const unsigned my_scales = w4_sm90_scale_offset(slice_part(slice) * 128 + t, kFormat == kNVFP4);  // the quad's copy
       unsigned codes[4], scales[2];
       asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(codes[0]), "=r"(codes[1]), "=r"(codes[2]), "=r"(codes[3])
