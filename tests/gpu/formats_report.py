@@ -9,7 +9,8 @@ and peers_formats.csv (tests/gpu/peers_formats.py), all from the same run. Per c
              >= 0.80 at 16 and 128 tokens), compute fraction = FLOPs / bf16 ceiling / time (target
              >= 0.75 at 16384 tokens), speedup over bf16 torch._grouped_mm (about 3x expected).
 Bytes are the gbps column of bench_suite times its time: active experts' weights with scales, A
-(+ scales), C. Usage: formats_report.py OUT_DIR
+(+ scales), C; for 4-bit weights the format's own bytes (N K / 2 + one scale byte per block and row,
+since v13), not the packed layout's. Usage: formats_report.py OUT_DIR
 """
 import csv
 import math
