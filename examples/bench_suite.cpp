@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
         // One 128-row run of the packed layout (formats.hpp): its header (MXFP4's row exponents,
         // 0 here) and K blocks taken from the pattern, repeated over every run of every expert.
         const std::size_t blocks = (k + 63) / 64, runs = (std::size_t)m.experts * ((n + 127) / 128);
-        const std::size_t block_bytes = moejit::w4_sm90_block_bytes(format == "nvfp4"), run_bytes = b_bytes / runs;
+        const std::size_t block_bytes = moejit::w4_sm90_block_bytes(nvfp4), run_bytes = b_bytes / runs;
         std::vector<std::uint8_t> run(run_bytes, 0);
         const std::size_t header = run_bytes - blocks * block_bytes;
         for (std::size_t i = 0; i < blocks * block_bytes; ++i) run[header + i] = codes_pattern[i % codes_pattern.size()];
@@ -335,7 +335,8 @@ int main(int argc, char** argv) {
         // fp32 tensor scale), not the packed layout's, which pads N to 128 rows and adds MXFP4's
         // row exponents (and, until v13, repeated every scale four times): the floor is the format.
         if (fp8 || w4) {
-          const double weight_bytes = w4 ? (double)n * k / 2 + (double)n * ((k + (nvfp4 ? 15 : 31)) / (nvfp4 ? 16 : 32))
+          const int scale_block = nvfp4 ? moejit::kNvfp4Block : moejit::kMxfp4Block;
+          const double weight_bytes = w4 ? (double)n * k / 2 + (double)n * ((k + scale_block - 1) / scale_block)
                                          : (double)b_bytes / m.experts;
           bytes = weight_bytes * active + (double)b_scale_bytes / m.experts * active + (double)a_bytes + (double)a_scale_bytes +
                   2.0 * rows * n;

@@ -315,17 +315,17 @@ namespace {
 
 struct W4Layout {
   int scale_block;        // K elements per scale: 32 (MXFP4) or 16 (NVFP4)
-  int scales_per_thread;  // 4 or 8
   std::uint8_t pad_scale; // scale of rows past N / K past the end
   bool nvfp4;
+  int quad_scale_bytes() const { return w4_sm90_quad_scale_bytes(nvfp4); }
   std::int64_t block_bytes() const { return w4_sm90_block_bytes(nvfp4); }
   std::int64_t header_bytes() const { return w4_sm90_header_bytes(nvfp4); }
   std::int64_t run_bytes(std::int64_t k_blocks) const { return header_bytes() + k_blocks * block_bytes(); }
 };
 
 W4Layout w4_layout(const char* function, QuantFormat format) {
-  if (format == QuantFormat::mxfp4) return {kMxfp4Block, 4, 127, false};
-  if (format == QuantFormat::nvfp4) return {kNvfp4Block, 8, 0, true};
+  if (format == QuantFormat::mxfp4) return {kMxfp4Block, 127, false};
+  if (format == QuantFormat::nvfp4) return {kNvfp4Block, 0, true};
   bad(function, "format={} (expected mxfp4 or nvfp4)", format_name(format));
 }
 
@@ -399,10 +399,11 @@ void for_each_w4_byte(QuantShape shape, const W4Layout& layout, Code&& visit, Sc
             for (int kk = 0; kk < 4; ++kk)
               for (int i = 0; i < 4; ++i)
                 visit(base + (w * 128 + t) * 16 + kk * 4 + i, g, rows[i & 1], kb * 64 + kk * 16 + 2 * c + (i >= 2 ? 8 : 0));
-            for (int j = 0; j < layout.scales_per_thread; ++j)
-              // The four threads of a quad share one copy (visited once per thread, same value).
-              visit_scale(base + w4_sm90_scale_offset(w * 128 + t, layout.nvfp4) + j, g, rows[j & 1],
-                          kb * (64 / layout.scale_block) + j / 2);
+            // The four threads of a quad (c = 0..3) share one copy of their scales: visited by c = 0.
+            if (c == 0)
+              for (int j = 0; j < layout.quad_scale_bytes(); ++j)
+                visit_scale(base + w4_sm90_scale_offset(w * 128 + t, layout.nvfp4) + j, g, rows[j & 1],
+                            kb * (64 / layout.scale_block) + j / 2);
           }
       }
     }

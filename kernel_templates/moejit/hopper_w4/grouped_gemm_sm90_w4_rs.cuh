@@ -205,7 +205,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   static_assert(kRowsW == 128 || (kRowsW == 256 && kTokens == 64), "weight rows per tile: 128, or 256 with 64 tokens");
   static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW>() <= 232448, "stages do not fit in 227 KB");
   constexpr unsigned kBlockBytes = w4_block_bytes<kFormat>();
-  constexpr unsigned kScaleBytes = kFormat == kNVFP4 ? 8 : 4;  // per consumer thread per stage (its quad's copy)
+  constexpr unsigned kScaleBytes = w4_sm90_quad_scale_bytes(kFormat == kNVFP4);  // per consumer thread per stage (its quad's copy)
   static_assert(kTypeC == kBF16 || kTypeC == kF16, "prototype: 16-bit C");
   constexpr int kBlocks = kRowsW / 128;   // pre-arranged weight blocks per stage
   constexpr int kSlices = kBlocks;        // 64-row slices (accumulator sets) per consumer
@@ -261,7 +261,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   TileCoord tile;
   // Producer and consumer warps walk the groups 32 per step (seek_warp), which pays at decode; on
   // the static 64-token tile it made ptxas serialize the wgmmas (C7512 at 80 registers; in the
-  // consumers it ran 1.18x slower, docs/perf.md v12), and there one thread walks (seek).
+  // consumers it ran 1.18x slower, docs/perf.md v12), and there one thread walks (seek). The
+  // gathering producer's warps walk with seek_warp on every tile (ptxas reports the same there).
   constexpr bool kWarpSeek = !(kTokens == 64 && !kDynamic);
   auto seek_tile = [&](int tile_index) {
     return kWarpSeek ? cursor.seek_warp(p, tile_index, tile) : cursor.seek(p, tile_index, tile);
