@@ -7,7 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 base=${1:-$(git -C "$root" merge-base HEAD main)}
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 mkdir -p "$work/base"
 git -C "$root" archive "$base" kernel_templates | tar -x -C "$work/base"
 cat > "$work/hopper.cu" <<'CU'

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <numeric>
 #include <regex>
 #include <thread>
 
@@ -390,6 +391,50 @@ TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[
     INFO(s.to_text());
     CHECK((s.cluster_n == 2) == c.pair);
   }
+}
+
+TEST_CASE("hopper heuristic: split=tail where the last round of 128x256 tiles leaves half the SMs idle, K >= 4096", "[compile]") {
+  struct Case {
+    std::vector<int> rows;
+    int n, k;
+    bool split;
+  };
+  // Mixtral down 1024 tokens, routed unevenly: 20 M tiles x 16 N tiles = 320 tiles, 56 in the last round.
+  const std::vector<int> mixtral_1024 = {300, 260, 240, 250, 270, 230, 262, 236};
+  for (const Case& c : {Case{mixtral_1024, 4096, 14336, true},
+                        Case{std::vector<int>(8, 256), 4096, 14336, false},  // 256 tiles: 124 in the last round
+                        Case{mixtral_1024, 4096, 2048, false},               // K = 2048: the kernel's overhead
+                        Case{std::vector<int>(8, 4096), 4096, 14336, false},  // Mixtral down 16384 (CTA pairs)
+                        Case{std::vector<int>(8, 2), 4096, 14336, false}}) {  // Mixtral down 16 (64-row tiles)
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)c.rows.size(), c.n, c.k,
+                  std::accumulate(c.rows.begin(), c.rows.end(), 0LL), c.rows};
+    KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
+    INFO(s.to_text());
+    CHECK((s.split == SplitK::tail) == c.split);
+    p.fusion.routing_weight = true;
+    CHECK(choose_spec(p, Arch{9, 0, true}, 132).split == SplitK::none);
+  }
+}
+
+TEST_CASE("split=tail plan: the last round's tiles in pieces on otherwise idle CTAs", "[heuristic]") {
+  // 320 tiles on 132 CTAs: 2 full rounds, 56 tiles left, 2 pieces each (112 CTAs busy).
+  SplitTailPlan p = plan_split_tail(320, 132, 224);
+  CHECK((p.from == 264 && p.tiles == 56 && p.count == 2));
+  CHECK(p.units(320) == 376);
+  // A last round of 33 or fewer: 4 pieces (the most); a single short round too.
+  p = plan_split_tail(132 + 33, 132, 224);
+  CHECK((p.from == 132 && p.tiles == 33 && p.count == 4));
+  p = plan_split_tail(40, 132, 64);
+  CHECK((p.from == 0 && p.tiles == 40 && p.count == 3));
+  // Each piece keeps 16 K blocks: K = 2048 (32 blocks) splits in two at most, 1024 not at all.
+  CHECK(plan_split_tail(140, 132, 32).count == 2);
+  CHECK(plan_split_tail(140, 132, 31).count == 1);
+  // Nothing to gain: full rounds, a last round over half the CTAs, degenerate inputs.
+  CHECK(plan_split_tail(264, 132, 224).count == 1);
+  CHECK(plan_split_tail(132 + 67, 132, 224).count == 1);
+  CHECK(plan_split_tail(0, 132, 224).count == 1);
+  CHECK(plan_split_tail(5, 1, 224).count == 1);
+  CHECK(plan_split_tail(5, 132, 0).count == 1);
 }
 
 // CTA pairs along M (cluster=2x1: B multicast; opt-in, docs/design.md): CI compiles two

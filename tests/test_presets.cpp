@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cli/presets.hpp"
+#include "heuristics/config.hpp"
 #include "moejit/moejit.hpp"
 #include "test_support.hpp"
 
@@ -124,7 +125,8 @@ Expected what_the_layer_requests(const ModelPreset& p, const Arch& arch, int sms
             GroupedGemmArgs args = layer_args(p, up, ab, b, layout, tokens, up ? up_f : down_f, counts_of(p, tokens), groups);
             try {
               KernelSpec spec = rt->choose_spec(args);
-              add(e.gemms, spec);
+              // split=tail depends on the exact tile count: a layer may request either twin.
+              for (const KernelSpec& s : routing_variants(spec, args.k)) add(e.gemms, s);
               if (!up && down_f.scatter_c) {
                 CombineArgs c;
                 c.num_tokens = tokens;

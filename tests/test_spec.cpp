@@ -287,6 +287,29 @@ TEST_CASE("FP8 per-channel weight scales: b_scales=channels", "[spec]") {
   CHECK_THROWS_WITH(KernelSpec::parse("b_scales=rows"), Catch::Matchers::Contains("blocks|channels"));
 }
 
+TEST_CASE("split-K tail: split=tail on the unfused single-CTA 16-bit Hopper kernel only", "[spec]") {
+  auto whole = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4");
+  CHECK(whole.split == SplitK::none);
+  CHECK(whole.to_text().find("split") == std::string::npos);  // earlier texts and keys unchanged
+  auto split = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,split=tail");
+  split.validate();
+  CHECK(split.split == SplitK::tail);
+  CHECK(split.to_text().ends_with(",split=tail"));
+  CHECK(KernelSpec::parse(split.to_text()) == split);
+  CHECK_FALSE(split.key() == whole.key());
+  KernelSpec::parse("family=hopper,a=f16,b=f16,c=f32,layout=masked,sched=dynamic,tile=64x128x64,stages=8,split=tail").validate();
+  for (const char* bad : {"family=portable,arch=sm_80,split=tail", "family=hopper,tile=128x256x64,stages=4,cluster=1x2,split=tail",
+                          "family=hopper,tile=128x256x64,stages=4,cluster=2x1,split=tail",
+                          "family=hopper,tile=128x256x64,stages=4,fuse=bias,split=tail",
+                          "family=hopper,tile=128x256x64,stages=4,act=silu,split=tail",
+                          "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,split=tail",
+                          "family=hopper,b=mxfp4,tile=128x128x64,stages=8,split=tail"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(KernelSpec::parse(bad).validate(), Catch::Matchers::Contains("split=tail"));
+  }
+  CHECK_THROWS_WITH(KernelSpec::parse("split=stream"), Catch::Matchers::Contains("none|tail"));
+}
+
 TEST_CASE("fusion specs round-trip for every flag, activation and layout", "[spec][fusion]") {
   std::set<std::string> texts;
   std::set<std::string> keys;

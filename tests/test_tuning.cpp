@@ -62,6 +62,7 @@ TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key
   vary([](KernelSpec& s) { s.fusion.glu = GluLayout::split; });
   vary([](KernelSpec& s) { s.fusion.gather_by = GatherLoad::tma; });
   vary([](KernelSpec& s) { s.b_scales = ScaleB::channels; });
+  vary([](KernelSpec& s) { s.split = SplitK::tail; });
   std::set<std::pair<std::uint64_t, std::uint64_t>> keys;
   keys.insert({pack_spec(base)->lo, pack_spec(base)->hi});
   for (auto& v : variants) {

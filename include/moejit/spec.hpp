@@ -38,6 +38,12 @@ enum class GatherLoad { cp_async, tma };
 // kernel applies it to the promoted sum before the epilogue). Printed as ",b_scales=channels" when
 // not the default.
 enum class ScaleB { blocks, channels };
+// Split-K of the last, partial wave (Hopper bf16/f16, unfused, cluster 1x1): when the last round of
+// a persistent launch would leave at least half the CTAs idle, its tiles run as pieces of K on
+// otherwise idle CTAs and the last piece adds the others' partial sums (through a workspace the
+// runtime owns) before it stores C (kernel_templates/moejit/common/split_tail.cuh). The launch
+// decides from the exact tile count whether and how far to split. Printed as ",split=tail" when on.
+enum class SplitK { none, tail };
 inline bool is_glu(Activation a) { return a == Activation::swiglu || a == Activation::swiglu_oai; }
 
 // Compute capability, e.g. {9, 0, true} is sm_90a (arch-specific features: wgmma, setmaxnreg).
@@ -94,6 +100,7 @@ struct KernelSpec {
   Scheduler scheduler = Scheduler::static_persistent;
   Fusion fusion{};
   ScaleB b_scales = ScaleB::blocks;  // a = b = e4m3 only
+  SplitK split = SplitK::none;       // hopper bf16/f16, unfused, cluster 1x1 only
 
   std::string to_text() const;
   static KernelSpec parse(std::string_view text);  // throws SpecError
@@ -124,6 +131,7 @@ std::string_view to_text(Activation);
 std::string_view to_text(GluLayout);
 std::string_view to_text(GatherLoad);
 std::string_view to_text(ScaleB);
+std::string_view to_text(SplitK);
 // "fuse=...,act=..." (+ ",glu=...", ",gather_by=tma" as in KernelSpec::to_text); KernelSpec::parse reads it back.
 std::string to_text(const Fusion&);
 int element_bytes(DType);  // bytes per element; 4-bit formats: 1 (two elements per byte, see pack_w4_sm90)

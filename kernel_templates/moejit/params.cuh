@@ -30,6 +30,15 @@ struct GroupedGemmParams {
   const float* scale_a;      // e4m3: fp32 [ceil(K/128)][total_rows], K-block-major
   const void* scale_b;       // e4m3: fp32 [E][ceil(N/128)][ceil(K/128)]; mxfp4/nvfp4: in the packed weights
   const float* scale_b_tensor;  // nvfp4: fp32 [E], one per expert
+  // split=tail (common/split_tail.cuh): tiles [split_from, split_from + split_tiles) run as
+  // split_count pieces of K each (split_count < 2: every tile whole). The workspace holds one fp32
+  // tile per piece (split_partials) and two zeroed counters per split tile (split_flags; the kernel
+  // leaves them zero).
+  float* split_partials;
+  int* split_flags;
+  int split_from;
+  int split_tiles;
+  int split_count;
 };
 
 static_assert(sizeof(GroupedGemmParams) <= 128, "tensor-map parameters must stay at offset 128");

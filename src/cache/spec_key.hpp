@@ -67,7 +67,8 @@ inline std::optional<SpecKey> pack_spec(const KernelSpec& s) {
   put(hi, s.tile.m, 16);
   put(hi, s.tile.n, 16);
   put(hi, s.tile.k, 16);
-  put(hi, static_cast<int>(s.b_scales), 1);  // 61 bits
+  put(hi, static_cast<int>(s.b_scales), 1);
+  put(hi, static_cast<int>(s.split), 1);  // 62 bits
   if (!fits) return std::nullopt;
   return SpecKey{lo, hi};
 }

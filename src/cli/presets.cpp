@@ -231,7 +231,9 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
             LayerGemmCall call = layer_gemm_call(p, gemm, dtype, b_type, layout, tokens, fusion);
             try {
               KernelSpec spec = rt->choose_spec(call.args);
-              if (std::find(plan.gemms.begin(), plan.gemms.end(), spec) == plan.gemms.end()) plan.gemms.push_back(spec);
+              // Another routing may pick the spec's split=tail twin (heuristics/config.hpp).
+              for (const KernelSpec& s : routing_variants(spec, call.args.k))
+                if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
               if (gemm == LayerGemm::down && fusion.scatter_c && !fusion.atomic &&
                   std::find(combine_inputs.begin(), combine_inputs.end(), spec.c) == combine_inputs.end())
                 combine_inputs.push_back(spec.c);

@@ -64,7 +64,9 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
       fmt::arg("cluster_n", spec.cluster_n),
       // CTA pairs along M (cluster=2x1) add a trailing template argument; 1x1 and 1x2 kernels are
       // generated exactly as before it.
-      fmt::arg("cluster_m_arg", spec.cluster_m == 1 ? std::string() : fmt::format(", {}", spec.cluster_m)),
+      fmt::arg("cluster_m_arg", spec.cluster_m == 1 && spec.split == SplitK::none ? std::string() : fmt::format(", {}", spec.cluster_m)),
+      // split=tail: one more trailing template argument (kSplitTail), after kClusterM.
+      fmt::arg("split_arg", spec.split == SplitK::none ? "" : ", true"),
       fmt::arg("fusion", fusion_code(spec.fusion)),
       fmt::arg("b_channels", spec.b_scales == ScaleB::channels ? "true" : "false"));
   return out;

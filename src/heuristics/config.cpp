@@ -10,6 +10,7 @@ struct TileChoice {
   TileShape tile;
   int stages, warps_m, warps_n;
   int cluster_n = 1;
+  SplitK split = SplitK::none;
 };
 // Hopper (docs/results/2026-11-23-tune-tiles.csv): 128x256 with 4 stages is fastest once groups
 // fill 128-row tiles; with ≤ 64 rows per group (decode) 64-row tiles stream the weights 3–20%
@@ -20,6 +21,9 @@ constexpr TileChoice kHopperLarge = {{128, 256, 64}, 4, 1, 1};
 constexpr TileChoice kHopperSmall = {{64, 128, 64}, 8, 1, 1};
 // 128x256 on CTA pairs that share A through TMA multicast (docs/perf.md, v4).
 constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
+// 128x256 whose last partial round runs in pieces of K (split=tail, plan_split_tail).
+constexpr TileChoice kHopperLargeSplit = {{128, 256, 64}, 4, 1, 1, 1, SplitK::tail};
+constexpr int kSplitTailMinK = 4096;
 // FP8 block-scaled (hopper_fp8/). 128x192: each consumer 64x192, 1.5x the MMA work per promotion
 // and per A byte of 128x128. Re-measured on v13's kernels (H100, same process, two processes, every
 // tile x scheduler at 1024/4096/16384 tokens; docs/results/2026-11-25-v13-fp8-tile-sweep.txt):
@@ -82,10 +86,48 @@ KernelSpec with_tile(KernelSpec spec, const TileChoice& t) {
   spec.warps_m = t.warps_m;
   spec.warps_n = t.warps_n;
   spec.cluster_n = t.cluster_n;
+  spec.split = t.split;
   return spec;
 }
 
 }  // namespace
+
+// The last round's R tiles are cut into S <= ctas / R pieces, so it takes 1/S of a tile's time.
+// Each piece keeps at least kMinKBlocksPerPiece K blocks: its partial sums (128 KB for 128x256)
+// go out to the workspace and the last piece reads the others back, a few K blocks' worth of time.
+// At most kMaxPieces: the last piece reads S - 1 partials on its own.
+SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks) {
+  constexpr int kMinKBlocksPerPiece = 16;
+  constexpr long long kMaxPieces = 4;
+  SplitTailPlan plan;
+  if (tiles <= 0 || ctas < 2 || k_blocks <= 0) return plan;
+  const long long last_round = tiles % ctas;
+  if (last_round == 0) return plan;
+  const long long count = std::min({ctas / last_round, kMaxPieces, (long long)(k_blocks / kMinKBlocksPerPiece)});
+  if (count < 2) return plan;
+  plan.from = static_cast<int>(tiles - last_round);
+  plan.tiles = static_cast<int>(last_round);
+  plan.count = static_cast<int>(count);
+  return plan;
+}
+
+namespace {
+bool may_split_tail(const KernelSpec& spec, int k) {
+  return spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
+         spec.cluster_m == 1 && spec.cluster_n == 1 && !spec.fusion.any() && (spec.a == DType::bf16 || spec.a == DType::f16) &&
+         k >= kSplitTailMinK;
+}
+}  // namespace
+
+std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k) {
+  std::vector<KernelSpec> out = {chosen};
+  if (may_split_tail(chosen, k)) {
+    KernelSpec twin = chosen;
+    twin.split = chosen.split == SplitK::tail ? SplitK::none : SplitK::tail;
+    out.push_back(twin);
+  }
+  return out;
+}
 
 KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_count) {
   KernelSpec spec;
@@ -154,6 +196,19 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
     if (tiles * k_blocks >= 5000LL * std::max(sm_count, 1)) spec.cluster_n = kHopperLargePair.cluster_n;
   }
+  // Unfused single-CTA 128x256 launches whose last round would leave half the SMs idle split it
+  // (split=tail; the launch plans again from its own exact tile count). Measured on the H100
+  // (docs/perf.md v14, same process): Mixtral down 1024 tokens (K = 14336, 2.4 rounds) 0.88x the
+  // time; where the plan splits nothing the kernel itself ran 0.98-1.04x (its accumulators are set
+  // per tile), up to 1.08x on Qwen3 up 4096 (K = 2048): hence K >= 4096 only.
+  if (may_split_tail(spec, problem.k)) {
+    const long long n_tiles = (problem.n + spec.tile.n - 1) / spec.tile.n;
+    long long exact = 0;
+    for (int r : problem.group_rows) exact += (std::max(r, 0) + spec.tile.m - 1) / spec.tile.m * n_tiles;
+    const long long planned = problem.group_rows.empty() ? tiles : exact;
+    if (plan_split_tail(planned, sm_count, (problem.k + spec.tile.k - 1) / spec.tile.k).count > 1)
+      spec = with_tile(spec, kHopperLargeSplit);
+  }
   spec.validate();
   return spec;
 }
@@ -162,7 +217,7 @@ std::vector<KernelSpec> family_candidates(const Arch& arch, KernelFamily family)
   std::vector<TileChoice> tiles;
   if (family == KernelFamily::hopper) {
     if (!hopper_capable(arch)) return {};
-    tiles = {kHopperSmall, kHopperLarge, kHopperLargePair};
+    tiles = {kHopperSmall, kHopperLarge, kHopperLargePair, kHopperLargeSplit};
   } else {
     tiles = {kPortableSmall, kPortableLarge};
   }

@@ -25,6 +25,21 @@ struct GemmProblem {
 // Chooses family, tile, stages and scheduler for the arch. Documented in docs/design.md.
 KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_count);
 
+// How a split=tail launch cuts its last round (kernel_templates/moejit/common/split_tail.cuh):
+// tiles [from, from + tiles) run as `count` pieces of K each; count == 1: no tile is split.
+struct SplitTailPlan {
+  int from = 0;
+  int tiles = 0;
+  int count = 1;
+  long long units(long long all_tiles) const { return all_tiles + (long long)tiles * (count - 1); }
+};
+// From the exact tile count, the persistent CTAs (SMs x CTAs per SM) and K blocks per tile.
+SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks);
+// `chosen` and the specs choose_spec returns instead for the same shapes under other routings:
+// split=tail follows the exact tile count, so 128x256 single-CTA unfused launches with long K
+// come with their twin (what prewarm builds).
+std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k);
+
 }  // namespace moejit
 
 namespace moejit {

@@ -153,25 +153,30 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
     if (r > 0) ++active, rows += r;
   if (problem.group_rows.empty()) active = problem.num_groups, rows = problem.total_rows;
   const double mean_rows = active ? double(rows) / double(active) : 0.0;
+  // split=tail (the 16-bit Hopper kernel, unfused, single CTAs) where pieces keep 16+ K blocks.
+  const bool try_split = problem.k >= 2048;
   auto add = [&](const TileConfig& t) {
     if (t.cluster_m != 1 && mean_rows < kPairMMinRowsPerGroup) return;
-    for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {
-      KernelSpec s = chosen;
-      s.tile = t.tile;
-      s.stages = t.stages;
-      s.warps_m = t.warps_m;
-      s.warps_n = t.warps_n;
-      s.cluster_m = t.cluster_m;
-      s.cluster_n = t.cluster_n;
-      s.scheduler = sched;
-      if (s.family == KernelFamily::portable && (arch.sm() == 86 || arch.sm() == 89)) s.stages = 3;
-      try {
-        s.validate();
-      } catch (const std::exception&) {
-        continue;  // does not fit this arch's shared memory
+    for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic})
+      for (SplitK split : {SplitK::none, SplitK::tail}) {
+        if (split == SplitK::tail && !try_split) continue;
+        KernelSpec s = chosen;
+        s.split = split;
+        s.tile = t.tile;
+        s.stages = t.stages;
+        s.warps_m = t.warps_m;
+        s.warps_n = t.warps_n;
+        s.cluster_m = t.cluster_m;
+        s.cluster_n = t.cluster_n;
+        s.scheduler = sched;
+        if (s.family == KernelFamily::portable && (arch.sm() == 86 || arch.sm() == 89)) s.stages = 3;
+        try {
+          s.validate();
+        } catch (const std::exception&) {
+          continue;  // does not fit this arch's shared memory, or split=tail where it does not apply
+        }
+        if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
       }
-      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-    }
   };
   if (chosen.a == DType::e4m3 && chosen.family == KernelFamily::hopper)
     for (auto& t : kFp8Tiles) add(t);

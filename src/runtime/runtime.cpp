@@ -59,6 +59,9 @@ struct Runtime::Impl {
   std::map<std::string, TunedEntry> tuned;
   std::mutex counters_mutex;
   std::map<Stream, DeviceBuffer> tile_counters;  // dynamic scheduler: one self-resetting int per stream
+  // split=tail: per stream, one fp32 128x256 tile per SM for the pieces' partial sums, then two
+  // self-resetting counters per SM (kernel_templates/moejit/common/split_tail.cuh).
+  std::map<Stream, DeviceBuffer> split_workspaces;
   // Routing kernels (src/runtime/routing.cpp): modules by spec text, functions by spec text + entry.
   std::mutex extra_mutex;
   std::unordered_map<std::string, CUmodule> extra_modules;
@@ -80,6 +83,19 @@ struct Runtime::Impl {
       MOEJIT_CU(driver().cuMemsetD32(it->second.ptr(), 0, 1));
     }
     return static_cast<int*>(it->second.get());
+  }
+  static constexpr std::size_t kSplitTileFloats = 128 * 256;  // the largest Hopper 16-bit tile
+  std::size_t split_partial_floats() const { return (std::size_t)std::max(sm_count, 1) * kSplitTileFloats; }
+  std::size_t split_flag_count() const { return (std::size_t)std::max(sm_count, 1) * 2; }
+  const DeviceBuffer& split_workspace(Stream stream) {
+    std::lock_guard lock(counters_mutex);
+    auto it = split_workspaces.find(stream);
+    if (it == split_workspaces.end()) {
+      const std::size_t partial_bytes = split_partial_floats() * sizeof(float);
+      it = split_workspaces.emplace(stream, DeviceBuffer(partial_bytes + split_flag_count() * sizeof(int))).first;
+      MOEJIT_CU(driver().cuMemsetD32(it->second.ptr() + partial_bytes, 0, split_flag_count()));
+    }
+    return it->second;
   }
 };
 
@@ -186,9 +202,29 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   p.scale_a = args.a_scales;
   p.scale_b = args.b_scales;
   p.scale_b_tensor = args.b_tensor_scales;
+  const long long ctas = (long long)rt.sm_count * k.ctas_per_sm;
+  long long units = tiles;
+  if (spec.split == SplitK::tail && groups) {
+    // The exact tile count decides the split (count_tiles is exact with the host's groups; without
+    // them every tile runs whole). At most one piece per CTA: R x S <= ctas workspace tiles.
+    const SplitTailPlan plan = plan_split_tail(tiles, ctas, (args.k + spec.tile.k - 1) / spec.tile.k);
+    if (plan.count > 1) {
+      const std::size_t floats = (std::size_t)plan.tiles * plan.count * spec.tile.m * spec.tile.n;
+      if (floats > rt.split_partial_floats() || (std::size_t)plan.tiles * 2 > rt.split_flag_count() ||
+          spec.tile.m * spec.tile.n > (int)Runtime::Impl::kSplitTileFloats)
+        throw Error(fmt::format("split=tail: plan of {} tiles x {} pieces exceeds the workspace", plan.tiles, plan.count));
+      const DeviceBuffer& ws = rt.split_workspace(stream);
+      p.split_partials = static_cast<float*>(ws.get());
+      p.split_flags = reinterpret_cast<int*>(static_cast<float*>(ws.get()) + rt.split_partial_floats());
+      p.split_from = plan.from;
+      p.split_tiles = plan.tiles;
+      p.split_count = plan.count;
+      units = plan.units(tiles);
+    }
+  }
 
   CUlaunchConfig config{};
-  config.gridDimX = static_cast<unsigned>(std::min<long long>(tiles, (long long)rt.sm_count * k.ctas_per_sm));
+  config.gridDimX = static_cast<unsigned>(std::min<long long>(units, ctas));
   config.gridDimY = config.gridDimZ = 1;
   config.blockDimX = spec.threads_per_cta();
   config.blockDimY = config.blockDimZ = 1;
@@ -311,6 +347,7 @@ Runtime::~Runtime() {
   try {
     impl_->make_current();
     impl_->tile_counters.clear();
+    impl_->split_workspaces.clear();
     for (auto& [text, k] : impl_->loaded)
       if (k.module) driver().cuModuleUnload(k.module);
     for (auto& [text, module] : impl_->extra_modules) driver().cuModuleUnload(module);

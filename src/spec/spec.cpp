@@ -54,6 +54,7 @@ constexpr EnumNames<Activation, 5> kActivations{{{{Activation::none, "none"},
 constexpr EnumNames<GluLayout, 2> kGluLayouts{{{{GluLayout::interleaved, "interleaved"}, {GluLayout::split, "split"}}}};
 constexpr EnumNames<GatherLoad, 2> kGatherLoads{{{{GatherLoad::cp_async, "cp_async"}, {GatherLoad::tma, "tma"}}}};
 constexpr EnumNames<ScaleB, 2> kScaleBs{{{{ScaleB::blocks, "blocks"}, {ScaleB::channels, "channels"}}}};
+constexpr EnumNames<SplitK, 2> kSplitKs{{{{SplitK::none, "none"}, {SplitK::tail, "tail"}}}};
 
 int parse_int(std::string_view field, std::string_view text) {
   int value = 0;
@@ -120,6 +121,7 @@ std::string_view to_text(Activation v) { return kActivations.text(v); }
 std::string_view to_text(GluLayout v) { return kGluLayouts.text(v); }
 std::string_view to_text(GatherLoad v) { return kGatherLoads.text(v); }
 std::string_view to_text(ScaleB v) { return kScaleBs.text(v); }
+std::string_view to_text(SplitK v) { return kSplitKs.text(v); }
 int element_bytes(DType t) { return t == DType::f32 ? 4 : t == DType::bf16 || t == DType::f16 ? 2 : 1; }
 
 std::string to_text(const Fusion& f) {
@@ -162,6 +164,7 @@ std::string KernelSpec::to_text() const {
   // glu= is printed only where it means something (or was set), so that unfused specs keep their text and key.
   out += fmt::format(",cluster={}x{},sched={},{}", cluster_m, cluster_n, moejit::to_text(scheduler), moejit::to_text(fusion));
   if (b_scales != ScaleB::blocks) out += fmt::format(",b_scales={}", moejit::to_text(b_scales));  // earlier texts and keys unchanged
+  if (split != SplitK::none) out += fmt::format(",split={}", moejit::to_text(split));
   return out;
 }
 
@@ -236,13 +239,14 @@ KernelSpec KernelSpec::parse(std::string_view text) {
   if (auto v = take("glu")) s.fusion.glu = kGluLayouts.parse("glu", *v);
   if (auto v = take("gather_by")) s.fusion.gather_by = kGatherLoads.parse("gather_by", *v);
   if (auto v = take("b_scales")) s.b_scales = kScaleBs.parse("b_scales", *v);
+  if (auto v = take("split")) s.split = kSplitKs.parse("split", *v);
 
-  static constexpr std::array<std::string_view, 17> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
+  static constexpr std::array<std::string_view, 18> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
                                                               "tile",   "stages", "warps", "cluster", "sched", "fuse", "act",
-                                                              "glu",    "gather_by", "b_scales"};
+                                                              "glu",    "gather_by", "b_scales", "split"};
   for (auto& [name, value] : fields)
     if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end())
-      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales)", name));
+      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales, split)", name));
   return s;
 }
 
@@ -333,6 +337,12 @@ void KernelSpec::validate() const {
     fail("b_scales={} with a={} on family={} (per-channel weight scales: the Hopper FP8 kernel only; "
          "family=portable takes 128x128 blocks)",
          moejit::to_text(b_scales), moejit::to_text(a), moejit::to_text(family));
+  if (split != SplitK::none &&
+      !(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16) && b == a && !fusion.any() &&
+        cluster_m == 1 && cluster_n == 1))
+    fail("split={} needs family=hopper, a=b=bf16|f16, fuse=none, act=none and cluster=1x1 (the split-K tail is built "
+         "for the unfused single-CTA 16-bit kernel)",
+         moejit::to_text(split));
   if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
     fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));
   if (cluster_m != 1 || cluster_n != 1) {

@@ -15,6 +15,7 @@
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
 #include "moejit/common/scheduler.cuh"
+#include "moejit/common/split_tail.cuh"
 #include "moejit/hopper/smem.cuh"
 #include "moejit/hopper/mbarrier.cuh"
 #include "moejit/hopper/tma.cuh"
@@ -72,8 +73,12 @@ __host__ __device__ constexpr int smem_bytes() {
 // producer warpgroup copies A row by row with cp.async into the swizzled stage (tma_a is unused);
 // fuse=bias: the accumulators start at the bias; glu=split: B comes in two boxes per consumer slice (gate rows,
 // up rows; tma_b has kWgN/2-row boxes); the epilogue runs in fused_epilogue.cuh.
+//
+// kSplitTail (split=tail, unfused single CTAs): the work units are those of common/split_tail.cuh;
+// a unit that is a piece of a tile loads and multiplies only its K blocks, and its consumers
+// exchange partial sums through the workspace (split_reduce) before the last piece stores C.
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
-          int kClusterN, class Fuse, int kClusterM = 1>
+          int kClusterN, class Fuse, int kClusterM = 1, bool kSplitTail = false>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
                                              const TmaDescriptor& tma_b, const TmaDescriptor& tma_c,
                                              const FusionParams* f) {
@@ -88,6 +93,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   static_assert((kClusterM == 1 && kClusterN == 1) || (kClusterM * kClusterN == 2 && kBlockM == 128),
                 "clusters: 1x1, or 1x2 / 2x1 with 128-row tiles");
   static_assert(!(Fuse::gather && kClusterM * kClusterN != 1), "gathered A rows are not multicast: fuse=gather needs cluster 1x1");
+  static_assert(!kSplitTail || (!Fuse::any && kClusterM * kClusterN == 1),
+                "split=tail: unfused single-CTA kernels only (a bias would be added once per piece)");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // columns one consumer warpgroup computes
@@ -99,7 +106,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   // set them at every tile's start (zero, or the bias) and always accumulate: with a run-time
   // scale-d ptxas must keep the named registers live through the epilogue beside their C++
   // copy, and the heavier fused epilogues spilled (240 bytes at 128x256, fuse=weight,act=silu).
-  constexpr bool kSetAccPerTile = Fuse::any;
+  // split=tail likewise: its exchange holds all of acc (752 bytes spilled with a run-time scale-d).
+  constexpr bool kSetAccPerTile = Fuse::any || kSplitTail;
   constexpr unsigned kRowBytes = kBlockK * 2;  // 128
   constexpr unsigned kABytes = kBlockM * kRowBytes;
   constexpr unsigned kAHalfBytes = 64 * kRowBytes;  // A is loaded in 64-row boxes
@@ -207,9 +215,17 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         } else {
           tile_index = cluster_id + tile_iter * clusters;
         }
+        // Without split=tail a unit is a whole tile (kb_begin = 0, kb_end = num_k_blocks at compile time).
+        const int unit_index = tile_index;
+        int kb_begin = 0, kb_end = num_k_blocks;
+        if constexpr (kSplitTail) {
+          const SplitUnit unit = split_unit(p, unit_index, num_k_blocks);
+          tile_index = unit.tile, kb_begin = unit.kb_begin, kb_end = unit.kb_end;
+        }
         if (!cursor.seek(p, tile_index, tile)) {
           // Every fetcher's last fetch lands past the end; the last of them resets the counter.
-          if (kDynamic && rank == 0 && producer_leader && tile_index == cursor.tiles_before + clusters - 1) atomicExch(p.tile_counter, 0);
+          const int units = kSplitTail ? split_unit_count(p, cursor.tiles_before, num_k_blocks) : cursor.tiles_before;
+          if (kDynamic && rank == 0 && producer_leader && unit_index == units + clusters - 1) atomicExch(p.tile_counter, 0);
           break;
         }
         if constexpr (kPairM) tile.m_block = tile.m_block * 2 + (int)rank;
@@ -256,7 +272,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           }
           continue;
         }
-        for (int kb = 0; kb < num_k_blocks; ++kb) {
+        for (int kb = kb_begin; kb < kb_end; ++kb) {
           const unsigned full = full_bars + 8 * stage;
           const unsigned a_stage = a_stages + stage * kABytes;
           if constexpr (kPairM) {
@@ -353,7 +369,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       } else {
         tile_index = cluster_id + tile_iter * clusters;
       }
-      if (!cursor.seek(p, tile_index, tile)) break;
+      SplitUnit unit{tile_index, 0, num_k_blocks, -1};
+      if constexpr (kSplitTail) unit = split_unit(p, tile_index, num_k_blocks);
+      const int kb_begin = unit.kb_begin, kb_end = unit.kb_end;
+      if (!cursor.seek(p, unit.tile, tile)) break;
       if constexpr (kPairM) tile.m_block = tile.m_block * 2 + (int)rank;
       const int n_block = kPairN ? tile.n_block * 2 + (int)rank : tile.n_block;
 
@@ -367,7 +386,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       if (!computes) {
         // Only hand the stages back (the empty barriers count every consumer warp). A separate
         // loop: a wgmma under a divergent branch makes ptxas serialize all of them (C7520).
-        for (int kb = 0; kb < num_k_blocks; ++kb) {
+        for (int kb = kb_begin; kb < kb_end; ++kb) {
           mbarrier_wait(full_bars + 8 * stage, phase);
           if (lane == 0) release_stage(empty_bars + 8 * stage);
           if (++stage == kStages) stage = 0, phase ^= 1;
@@ -383,7 +402,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         Acc::zero();
       }
       int prev_stage = 0;
-      for (int kb = 0; kb < num_k_blocks; ++kb) {
+      for (int kb = kb_begin; kb < kb_end; ++kb) {
         mbarrier_wait(full_bars + 8 * stage, phase);
         // fuse=gather: A came through the generic proxy (cp.async); order it before wgmma's reads.
         if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
@@ -393,19 +412,24 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 #pragma unroll
         for (int k = 0; k < kBlockK / 16; ++k) {
           Mma::mma_named(wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32),
-                         kSetAccPerTile || (kb | k) != 0);
+                         kSetAccPerTile || ((kb - kb_begin) | k) != 0);
         }
         wgmma_commit();
         // Keep this k-block's wgmma in flight; once the previous one is done its stage goes back.
         wgmma_wait<1>();
-        if (kb > 0 && lane == 0) release_stage(empty_bars + 8 * prev_stage);
+        if (kb > kb_begin && lane == 0) release_stage(empty_bars + 8 * prev_stage);
         prev_stage = stage;
         if (++stage == kStages) stage = 0, phase ^= 1;
       }
       wgmma_wait<0>();
       // All asm volatile, so the copy stays after the wait; from here on acc is plain C++ values.
       Acc::read(acc);
-      if (num_k_blocks > 0 && lane == 0) release_stage(empty_bars + 8 * prev_stage);
+      if (kb_end > kb_begin && lane == 0) release_stage(empty_bars + 8 * prev_stage);
+      // A piece of a split tile: only the last piece to finish stores C (barriers 3 and 4: the
+      // staged epilogue has 1 and 2).
+      if constexpr (kSplitTail) {
+        if (unit.piece >= 0 && !split_reduce(p, unit, consumer, acc, (int)threadIdx.x % 128, 3 + consumer)) continue;
+      }
 
       const int n0 = n_block * kBlockN + tile_col0;
       if constexpr (Fuse::epilogue) {
@@ -431,10 +455,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 
 // The unfused kernel (its generated code is unchanged by the fusions).
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
-          int kClusterN = 1, int kClusterM = 1>
+          int kClusterN = 1, int kClusterM = 1, bool kSplitTail = false>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
                                              const TmaDescriptor& tma_b, const TmaDescriptor& tma_c) {
-  grouped_gemm<kBlockM, kBlockN, kStages, kTypeAB, kTypeC, kLayout, kScheduler, kClusterN, NoFusion, kClusterM>(
+  grouped_gemm<kBlockM, kBlockN, kStages, kTypeAB, kTypeC, kLayout, kScheduler, kClusterN, NoFusion, kClusterM, kSplitTail>(
       p, tma_a, tma_b, tma_c, nullptr);  // a pointer: a FusionParams{} temporary renumbered the PTX
 }
 
