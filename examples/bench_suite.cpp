@@ -15,6 +15,10 @@
 // gbps then counts the format's bytes: weights of active experts with their scales, A (+ its
 // scales), C. Routing draws the same random numbers in every format, so one routing file serves all.
 // BENCH_WARMUP_MS (default 25): each case's warm-up launches before it is timed (0 under ncu).
+// Timing protocol: the peers' (triton's do_bench): ~100 ms of launches queued without host syncs,
+// each after a 256 MB memset that clears L2, median of the per-launch events (since v14);
+// BENCH_PROTOCOL=sync times as v1-v13 did (~200 ms, a host sync after each launch, no clear).
+// Under ncu, filter with --kernel-name moejit_grouped_gemm: the clears are launches too.
 //
 // BENCH_TUNE=1: heuristic against autotuner instead. Each case runs Runtime::tune (every
 // candidate config compiled in parallel and timed, TUNE_MS ms each, default 20), then times the
@@ -127,8 +131,16 @@ std::string short_spec(const moejit::KernelSpec& s) {
 // the torch peers with warmup=25): a case's clocks settle to its own load first. With 3 launches
 // alone, a decode case timed right after a prefill case ran 10-37% slower than in a run without
 // one (4-bit kernels, H100, docs/perf.md v13): the SM clock was still down from the heavy case.
+// With `l2_flush` (a device buffer of kL2FlushBytes), each timed launch follows a memset of it and
+// the launches are queued without host syncs, as do_bench times the peers (rep=100 ms, a 256 MB
+// cache clear before every call): under the H100's 700 W cap the window's length and the clears'
+// low-power gaps move compute-bound times by several percent (docs/perf.md v14), so both sides
+// are timed the same way.
+constexpr std::size_t kL2FlushBytes = 256u << 20;
+
 double time_kernel(const moejit::Kernel& kernel, const moejit::GroupedGemmArgs& args, cudaEvent_t start, cudaEvent_t stop,
-                   float budget_ms, int warmups = 1, int min_reps = 3, int max_reps = 50, float warmup_ms = 0.f) {
+                   float budget_ms, int warmups = 1, int min_reps = 3, int max_reps = 50, float warmup_ms = 0.f,
+                   void* l2_flush = nullptr) {
   for (int i = 0; i < warmups; ++i) kernel.launch(args, nullptr);
   check(cudaDeviceSynchronize(), "warm-up");
   float once = 0;
@@ -144,12 +156,30 @@ double time_kernel(const moejit::Kernel& kernel, const moejit::GroupedGemmArgs& 
   }
   int reps = std::clamp((int)(budget_ms / std::max(once, 1e-3f)), min_reps, max_reps);
   std::vector<float> ms(reps);
-  for (auto& t : ms) {
-    cudaEventRecord(start);
-    kernel.launch(args, nullptr);
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    cudaEventElapsedTime(&t, start, stop);
+  if (l2_flush) {
+    std::vector<cudaEvent_t> begin(reps), end(reps);
+    for (int i = 0; i < reps; ++i) {
+      check(cudaEventCreate(&begin[i]), "event");
+      check(cudaEventCreate(&end[i]), "event");
+      check(cudaMemsetAsync(l2_flush, 0, kL2FlushBytes), "L2 flush");
+      cudaEventRecord(begin[i]);
+      kernel.launch(args, nullptr);
+      cudaEventRecord(end[i]);
+    }
+    check(cudaDeviceSynchronize(), "timed launches");
+    for (int i = 0; i < reps; ++i) {
+      cudaEventElapsedTime(&ms[i], begin[i], end[i]);
+      cudaEventDestroy(begin[i]);
+      cudaEventDestroy(end[i]);
+    }
+  } else {
+    for (auto& t : ms) {
+      cudaEventRecord(start);
+      kernel.launch(args, nullptr);
+      cudaEventRecord(stop);
+      cudaEventSynchronize(stop);
+      cudaEventElapsedTime(&t, start, stop);
+    }
   }
   check(cudaGetLastError(), "launch");
   std::sort(ms.begin(), ms.end());
@@ -182,6 +212,11 @@ int main(int argc, char** argv) {
   std::vector<TuneRow> tune_rows;
   const std::string format = std::getenv("FORMAT") ? std::getenv("FORMAT") : "bf16";
   const float warmup_ms = std::getenv("BENCH_WARMUP_MS") ? std::stof(std::getenv("BENCH_WARMUP_MS")) : 25.f;
+  // The peers' protocol (do_bench): ~100 ms of launches, each after a 256 MB L2 clear.
+  // BENCH_PROTOCOL=sync: v1-v13's (~200 ms of launches, a host sync after each, no clear).
+  const bool peer_protocol = !std::getenv("BENCH_PROTOCOL") || std::string(std::getenv("BENCH_PROTOCOL")) != "sync";
+  void* l2_flush = nullptr;
+  if (peer_protocol) check(cudaMalloc(&l2_flush, kL2FlushBytes), "L2 flush buffer");
   if (format != "bf16" && format != "e4m3" && format != "mxfp4" && format != "nvfp4") {
     fmt::print(stderr, "FORMAT={} (expected bf16, e4m3, mxfp4 or nvfp4)\n", format);
     return 2;
@@ -327,7 +362,7 @@ int main(int argc, char** argv) {
         moejit::Kernel kernel = rt.kernel(spec);
         // 3 warm-up launches and 25 ms of them (BENCH_WARMUP_MS; 0 for Nsight Compute, whose
         // --launch-skip then counts 3 + 1 + repetitions per case), then repetitions sized to ~200 ms (5..100).
-        double med = time_kernel(kernel, args, start, stop, 200.f, 3, 5, 100, warmup_ms);
+        double med = time_kernel(kernel, args, start, stop, peer_protocol ? 100.f : 200.f, 3, 5, 100, warmup_ms, l2_flush);
         double flops = 2.0 * rows * n * k;
         double bytes = 2.0 * ((double)active * n * k + (double)rows * k + (double)rows * n);
         // The format's bytes: active experts' weights with their scales, A (+ scales), C. 4-bit:
@@ -370,5 +405,6 @@ int main(int argc, char** argv) {
     if (FILE* f = std::fopen(path, "w")) std::fputs(table.c_str(), f), std::fclose(f);
     fmt::print(stderr, "{}", table);
   }
+  if (l2_flush) cudaFree(l2_flush);
   return 0;
 }

@@ -27,6 +27,24 @@ inline void compile_on_all_cores(Runtime& rt, const std::vector<KernelSpec>& spe
   for (auto& t : threads) t.join();
 }
 
+// split=tail tests: a filler group in front of `tail_groups` so that the launch has about
+// `target_tiles` tiles of tile_m rows x n_tiles; the filler's last tile holds 51 rows. Tiles are
+// numbered group by group, so the last round (the split one) holds `tail_groups`' tiles.
+inline std::vector<int> rows_for_tile_count(const std::vector<int>& tail_groups, int target_tiles, int tile_m, int n_tiles) {
+  int tail_m_tiles = 0;
+  for (int r : tail_groups) tail_m_tiles += (r + tile_m - 1) / tile_m;
+  const int filler_tiles = std::max(0, target_tiles / n_tiles - tail_m_tiles);
+  std::vector<int> rows = {std::max(0, filler_tiles * tile_m - 77)};
+  rows.insert(rows.end(), tail_groups.begin(), tail_groups.end());
+  return rows;
+}
+
+inline long long tile_count(const std::vector<int>& rows, int tile_m, int n_tiles) {
+  long long tiles = 0;
+  for (int r : rows) tiles += (long long)((r + tile_m - 1) / tile_m) * n_tiles;
+  return tiles;
+}
+
 struct GroupedProblem {
   GroupLayout layout = GroupLayout::contiguous;
   DType ab = DType::bf16, c = DType::bf16;

@@ -414,6 +414,16 @@ TEST_CASE("hopper heuristic: split=tail where the last round of 128x256 tiles le
     p.fusion.routing_weight = true;
     CHECK(choose_spec(p, Arch{9, 0, true}, 132).split == SplitK::none);
   }
+  // FP8 (128x192 tiles): Mixtral down 1024 makes 20 x 22 = 440 tiles, 3.3 rounds; at 4096 tokens
+  // (~11 rounds) the split kernel's own cost outweighs the tail.
+  for (auto [rows, split] : {std::pair{mixtral_1024, true}, std::pair{std::vector<int>(8, 1030), false}}) {
+    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336,
+                  std::accumulate(rows.begin(), rows.end(), 0LL), rows};
+    KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
+    INFO(s.to_text());
+    CHECK(s.tile.n == 192);
+    CHECK((s.split == SplitK::tail) == split);
+  }
 }
 
 TEST_CASE("split=tail plan: the last round's tiles in pieces on otherwise idle CTAs", "[heuristic]") {
@@ -431,6 +441,8 @@ TEST_CASE("split=tail plan: the last round's tiles in pieces on otherwise idle C
   CHECK(plan_split_tail(140, 132, 31).count == 1);
   // Nothing to gain: full rounds, a last round over half the CTAs, degenerate inputs.
   CHECK(plan_split_tail(264, 132, 224).count == 1);
+  CHECK(plan_split_tail(4 * 132 + 10, 132, 224).count == 1);  // more than 4 rounds: the overhead outweighs
+  CHECK(plan_split_tail(3 * 132 + 10, 132, 224).count == 4);
   CHECK(plan_split_tail(132 + 67, 132, 224).count == 1);
   CHECK(plan_split_tail(0, 132, 224).count == 1);
   CHECK(plan_split_tail(5, 1, 224).count == 1);

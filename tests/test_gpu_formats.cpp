@@ -27,6 +27,8 @@ using moejit::test::dot_f64;
 using moejit::test::for_each_group_row;
 using moejit::test::read_output;
 using moejit::test::set_group_args;
+using moejit::test::rows_for_tile_count;
+using moejit::test::tile_count;
 
 namespace {
 
@@ -310,6 +312,41 @@ TEST_CASE("fp8: 128x192 tiles, a slice over two B scale blocks", "[gpu][fp8]") {
     run_spec(spec, p, "128x192, N = 200");
     auto q = fp8_problem(spec.layout, spec.c, {700, 0, 1, 256, 513, 64, 900, 130}, 384, 1024, rng);
     run_spec(spec, q, "128x192, N = 384");
+  }
+}
+
+TEST_CASE("fp8: split=tail, the last round's tiles in pieces of K (block and per-channel B scales)", "[gpu][fp8][split]") {
+  // As the bf16 [split] case: the last round holds a group ending 4 rows into its last tile, a
+  // ragged N tile (N = 320: 192 + 128), K not a multiple of 128 (the last piece's last scale block
+  // is partial) and an empty group; beyond one round in 4 pieces, a single short round in 3 (twice:
+  // the flags must be back at zero).
+  if (!has_sm90a()) return skip_without_sm90a("FP8");
+  std::vector<KernelSpec> specs;
+  for (const KernelSpec& s : fp8_candidates(runtime().arch()))
+    if (s.split == SplitK::tail && (!std::getenv("MOEJIT_TEST_QUICK") || s.c == DType::bf16)) specs.push_back(s);
+  KernelSpec channels = specs.front();
+  channels.b_scales = ScaleB::channels;
+  specs.push_back(channels);
+  const int sms = runtime().sm_count();
+  constexpr int kN = 320;
+  std::mt19937 rng(8107);
+  for (const KernelSpec& spec : specs) {
+    const int n_tiles = (kN + spec.tile.n - 1) / spec.tile.n;
+    const ScalesB scales_b = spec.b_scales == ScaleB::channels ? ScalesB::per_channel : ScalesB::block_128x128;
+    struct Shape {
+      std::vector<int> tail_groups;
+      int target_tiles, k, pieces, launches;
+    };
+    for (Shape shape : {Shape{{1000, 0, 130, 1, 2100, 900, 0}, sms + sms / 4, 8128, 4, 1},
+                        Shape{{130, 0, 257, 1, 600, 0}, sms / 3, 6128, 3, 2}}) {
+      const std::vector<int> rows = rows_for_tile_count(shape.tail_groups, shape.target_tiles, spec.tile.m, n_tiles);
+      const long long tiles = tile_count(rows, spec.tile.m, n_tiles);
+      const SplitTailPlan plan = plan_split_tail(tiles, sms, (shape.k + spec.tile.k - 1) / spec.tile.k);
+      INFO(fmt::format("{} tiles on {} SMs: {} tiles from {} in {} pieces", tiles, sms, plan.tiles, plan.from, plan.count));
+      CHECK(plan.count == shape.pieces);
+      auto p = fp8_problem(spec.layout, spec.c, rows, kN, shape.k, rng, ScalesA::block_1x128, scales_b);
+      for (int i = 0; i < shape.launches; ++i) run_spec(spec, p, fmt::format("split-tail launch {}", i));
+    }
   }
 }
 

@@ -213,14 +213,8 @@ TEST_CASE("split=tail: the last round's tiles in pieces of K, half-empty tiles, 
     };
     for (Shape shape : {Shape{{1000, 0, 130, 1, 2100, 900, 0}, sms + sms / 4, 4064, 4},
                         Shape{{130, 0, 257, 1, 600, 0}, sms / 3, 3080, 3}}) {
-      auto m_tiles = [&](int rows) { return (rows + spec.tile.m - 1) / spec.tile.m; };
-      int tail_m_tiles = 0;
-      for (int r : shape.tail_groups) tail_m_tiles += m_tiles(r);
-      const int filler_tiles = std::max(0, shape.target_tiles / n_tiles - tail_m_tiles);
-      std::vector<int> rows = {std::max(0, filler_tiles * spec.tile.m - 77)};
-      rows.insert(rows.end(), shape.tail_groups.begin(), shape.tail_groups.end());
-      long long tiles = 0;
-      for (int r : rows) tiles += (long long)m_tiles(r) * n_tiles;
+      const std::vector<int> rows = rows_for_tile_count(shape.tail_groups, shape.target_tiles, spec.tile.m, n_tiles);
+      const long long tiles = tile_count(rows, spec.tile.m, n_tiles);
       const SplitTailPlan plan = plan_split_tail(tiles, sms, (shape.k + spec.tile.k - 1) / spec.tile.k);
       INFO(fmt::format("{} tiles on {} SMs: {} tiles from {} in {} pieces", tiles, sms, plan.tiles, plan.from, plan.count));
       CHECK(plan.count == shape.pieces);

@@ -287,7 +287,7 @@ TEST_CASE("FP8 per-channel weight scales: b_scales=channels", "[spec]") {
   CHECK_THROWS_WITH(KernelSpec::parse("b_scales=rows"), Catch::Matchers::Contains("blocks|channels"));
 }
 
-TEST_CASE("split-K tail: split=tail on the unfused single-CTA 16-bit Hopper kernel only", "[spec]") {
+TEST_CASE("split-K tail: split=tail on the unfused single-CTA 16-bit and FP8 Hopper kernels only", "[spec]") {
   auto whole = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4");
   CHECK(whole.split == SplitK::none);
   CHECK(whole.to_text().find("split") == std::string::npos);  // earlier texts and keys unchanged
@@ -298,11 +298,13 @@ TEST_CASE("split-K tail: split=tail on the unfused single-CTA 16-bit Hopper kern
   CHECK(KernelSpec::parse(split.to_text()) == split);
   CHECK_FALSE(split.key() == whole.key());
   KernelSpec::parse("family=hopper,a=f16,b=f16,c=f32,layout=masked,sched=dynamic,tile=64x128x64,stages=8,split=tail").validate();
+  KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,b_scales=channels,split=tail").validate();
   for (const char* bad : {"family=portable,arch=sm_80,split=tail", "family=hopper,tile=128x256x64,stages=4,cluster=1x2,split=tail",
                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,split=tail",
                           "family=hopper,tile=128x256x64,stages=4,fuse=bias,split=tail",
                           "family=hopper,tile=128x256x64,stages=4,act=silu,split=tail",
-                          "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,split=tail",
+                          "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,act=silu,split=tail",
+                          "family=portable,arch=sm_80,a=e4m3,b=e4m3,split=tail",
                           "family=hopper,b=mxfp4,tile=128x128x64,stages=8,split=tail"}) {
     INFO(bad);
     CHECK_THROWS_WITH(KernelSpec::parse(bad).validate(), Catch::Matchers::Contains("split=tail"));

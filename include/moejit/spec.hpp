@@ -38,7 +38,7 @@ enum class GatherLoad { cp_async, tma };
 // kernel applies it to the promoted sum before the epilogue). Printed as ",b_scales=channels" when
 // not the default.
 enum class ScaleB { blocks, channels };
-// Split-K of the last, partial wave (Hopper bf16/f16, unfused, cluster 1x1): when the last round of
+// Split-K of the last, partial wave (Hopper bf16/f16 and FP8, unfused, cluster 1x1): when the last round of
 // a persistent launch would leave at least half the CTAs idle, its tiles run as pieces of K on
 // otherwise idle CTAs and the last piece adds the others' partial sums (through a workspace the
 // runtime owns) before it stores C (kernel_templates/moejit/common/split_tail.cuh). The launch
@@ -100,7 +100,7 @@ struct KernelSpec {
   Scheduler scheduler = Scheduler::static_persistent;
   Fusion fusion{};
   ScaleB b_scales = ScaleB::blocks;  // a = b = e4m3 only
-  SplitK split = SplitK::none;       // hopper bf16/f16, unfused, cluster 1x1 only
+  SplitK split = SplitK::none;       // hopper bf16/f16/e4m3, unfused, cluster 1x1 only
 
   std::string to_text() const;
   static KernelSpec parse(std::string_view text);  // throws SpecError

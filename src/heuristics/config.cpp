@@ -95,12 +95,16 @@ KernelSpec with_tile(KernelSpec spec, const TileChoice& t) {
 // The last round's R tiles are cut into S <= ctas / R pieces, so it takes 1/S of a tile's time.
 // Each piece keeps at least kMinKBlocksPerPiece K blocks: its partial sums (128 KB for 128x256)
 // go out to the workspace and the last piece reads the others back, a few K blocks' worth of time.
-// At most kMaxPieces: the last piece reads S - 1 partials on its own.
+// At most kMaxPieces: the last piece reads S - 1 partials on its own. At most kMaxRounds rounds:
+// the split kernels run 2-7% slower than the plain ones on every tile (FP8 Qwen3 up 1.07x where
+// nothing was split; docs/perf.md v14), which a tail saving (1 - 1/S) of one round in many does
+// not repay (FP8 Mixtral down 4096, 11 rounds: 1.01-1.02x; bf16 Mixtral down 4096, 9 rounds).
 SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks) {
   constexpr int kMinKBlocksPerPiece = 16;
   constexpr long long kMaxPieces = 4;
+  constexpr long long kMaxRounds = 4;
   SplitTailPlan plan;
-  if (tiles <= 0 || ctas < 2 || k_blocks <= 0) return plan;
+  if (tiles <= 0 || ctas < 2 || k_blocks <= 0 || tiles > kMaxRounds * ctas) return plan;
   const long long last_round = tiles % ctas;
   if (last_round == 0) return plan;
   const long long count = std::min({ctas / last_round, kMaxPieces, (long long)(k_blocks / kMinKBlocksPerPiece)});
@@ -112,10 +116,31 @@ SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks) {
 }
 
 namespace {
+// The kernels that have split=tail, on the tiles the heuristic gives long-K launches: the 16-bit
+// 128x256 and the FP8 128x192, unfused, single CTAs.
 bool may_split_tail(const KernelSpec& spec, int k) {
-  return spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
-         spec.cluster_m == 1 && spec.cluster_n == 1 && !spec.fusion.any() && (spec.a == DType::bf16 || spec.a == DType::f16) &&
-         k >= kSplitTailMinK;
+  if (spec.family != KernelFamily::hopper || spec.cluster_m != 1 || spec.cluster_n != 1 || spec.fusion.any() ||
+      k < kSplitTailMinK)
+    return false;
+  if (spec.a == DType::bf16 || spec.a == DType::f16) return spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages;
+  if (spec.a == DType::e4m3 && spec.b == DType::e4m3) return spec.tile == kFp8Wide.tile && spec.stages == kFp8Wide.stages;
+  return false;
+}
+
+// Launches whose last round would leave at least half the SMs idle split it (split=tail; the
+// launch plans again from its own exact tile count). Measured on the H100 (docs/perf.md v14, same
+// process): bf16 Mixtral down 1024 tokens (K = 14336, 2.4 rounds) 0.88x the time; where the plan
+// splits nothing the bf16 kernel itself ran 0.98-1.04x (its accumulators are set per tile), up to
+// 1.08x on Qwen3 up 4096 (K = 2048): hence K >= 4096, and only where the plan splits. `estimate`:
+// the tile count without the groups' sizes.
+KernelSpec with_split_tail(KernelSpec spec, const GemmProblem& problem, long long estimate, int sm_count) {
+  if (!may_split_tail(spec, problem.k)) return spec;
+  const long long n_tiles = (problem.n + spec.tile.n - 1) / spec.tile.n;
+  long long exact = 0;
+  for (int r : problem.group_rows) exact += (std::max(r, 0) + spec.tile.m - 1) / spec.tile.m * n_tiles;
+  const long long tiles = problem.group_rows.empty() ? estimate : exact;
+  if (plan_split_tail(tiles, sm_count, (problem.k + spec.tile.k - 1) / spec.tile.k).count > 1) spec.split = SplitK::tail;
+  return spec;
 }
 }  // namespace
 
@@ -168,6 +193,8 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows >= kFp8WideTileMinRows ? kFp8Wide : kFp8Small);
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
+    spec = with_split_tail(spec, problem, (rows / spec.tile.m + active) * ((problem.n + spec.tile.n - 1) / spec.tile.n),
+                           sm_count);
     spec.validate();
     return spec;
   }
@@ -196,19 +223,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
     if (tiles * k_blocks >= 5000LL * std::max(sm_count, 1)) spec.cluster_n = kHopperLargePair.cluster_n;
   }
-  // Unfused single-CTA 128x256 launches whose last round would leave half the SMs idle split it
-  // (split=tail; the launch plans again from its own exact tile count). Measured on the H100
-  // (docs/perf.md v14, same process): Mixtral down 1024 tokens (K = 14336, 2.4 rounds) 0.88x the
-  // time; where the plan splits nothing the kernel itself ran 0.98-1.04x (its accumulators are set
-  // per tile), up to 1.08x on Qwen3 up 4096 (K = 2048): hence K >= 4096 only.
-  if (may_split_tail(spec, problem.k)) {
-    const long long n_tiles = (problem.n + spec.tile.n - 1) / spec.tile.n;
-    long long exact = 0;
-    for (int r : problem.group_rows) exact += (std::max(r, 0) + spec.tile.m - 1) / spec.tile.m * n_tiles;
-    const long long planned = problem.group_rows.empty() ? tiles : exact;
-    if (plan_split_tail(planned, sm_count, (problem.k + spec.tile.k - 1) / spec.tile.k).count > 1)
-      spec = with_tile(spec, kHopperLargeSplit);
-  }
+  spec = with_split_tail(spec, problem, tiles, sm_count);
   spec.validate();
   return spec;
 }
@@ -296,7 +311,9 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
     return out;
   }
   if (!hopper_capable(arch)) return {};
-  for (const TileChoice& t : {kFp8Small, kFp8Large, kFp8Wide})
+  // 128x192 also with split=tail (with_split_tail).
+  const TileChoice kFp8WideSplit = {kFp8Wide.tile, kFp8Wide.stages, 1, 1, 1, SplitK::tail};
+  for (const TileChoice& t : {kFp8Small, kFp8Large, kFp8Wide, kFp8WideSplit})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (DType c : {DType::bf16, DType::f16, DType::f32})
         for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {

@@ -338,10 +338,10 @@ void KernelSpec::validate() const {
          "family=portable takes 128x128 blocks)",
          moejit::to_text(b_scales), moejit::to_text(a), moejit::to_text(family));
   if (split != SplitK::none &&
-      !(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16) && b == a && !fusion.any() &&
-        cluster_m == 1 && cluster_n == 1))
-    fail("split={} needs family=hopper, a=b=bf16|f16, fuse=none, act=none and cluster=1x1 (the split-K tail is built "
-         "for the unfused single-CTA 16-bit kernel)",
+      !(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16 || a == DType::e4m3) && b == a &&
+        !fusion.any() && cluster_m == 1 && cluster_n == 1))
+    fail("split={} needs family=hopper, a=b=bf16|f16|e4m3, fuse=none, act=none and cluster=1x1 (the split-K tail is "
+         "built for the unfused single-CTA 16-bit and FP8 kernels)",
          moejit::to_text(split));
   if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
     fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));

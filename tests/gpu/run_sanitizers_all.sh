@@ -24,6 +24,7 @@ jobs_table=(
   "fused|portable|1|fusion: random top-k*,quant fusion: random*"
   "formats||0|fp8: every variant*,fp8: every portable*,w4: every variant*,w4: every portable*"
   "routing||0|[routing]"
+  "split||1|split=tail: the last round*,fp8: split=tail*"
 )
 
 # Fill the kernel cache first, outside the sanitizers, so that no job spends its time in NVRTC

@@ -22,6 +22,7 @@
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
 #include "moejit/common/scheduler.cuh"
+#include "moejit/common/split_tail.cuh"
 #include "moejit/hopper/smem.cuh"
 #include "moejit/hopper/mbarrier.cuh"
 #include "moejit/hopper/tma.cuh"
@@ -68,13 +69,26 @@ __device__ __forceinline__ void scale_columns_fp8(float (&acc)[kWgN / 2], const 
   }
 }
 
+// A count inside a role: split=tail recomputes it there from `value` (p.k or p.n) behind an empty
+// asm, so that it is not hoisted above setmaxnreg (held across it, ptxas spilled it in the split
+// kernels); the others keep the value from before the role split.
+template <bool kRecompute>
+__device__ __forceinline__ int role_blocks_of(int value, int block, int before_split) {
+  if constexpr (!kRecompute) return before_split;
+  asm volatile("" : "+r"(value));
+  return (value + block - 1) / block;
+}
+
 // kScheduler: static (CTA c takes tiles c, c + gridDim.x, ...) or dynamic (the producer takes each
 // tile from the launch's counter and hands it to the consumers through a TileRing): groups of
 // uneven size make tiles of uneven cost, and the dynamic one keeps every SM busy to the end.
 // A 128-row tile whose group ends in its first half leaves consumer 1 without rows: it only
 // passes the stages on (half the MMA time for such a tile).
+// kSplitTail (split=tail, unfused): work units as in common/split_tail.cuh, as in the bf16 kernel; a
+// piece promotes its own K blocks and its consumers exchange the promoted sums (split_reduce) before
+// the per-channel scales and the store, which only the last piece runs.
 template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class Fuse = NoFusion,
-          bool kChannelScalesB = false, int kScheduler = kSchedulerStatic>
+          bool kChannelScalesB = false, int kScheduler = kSchedulerStatic, bool kSplitTail = false>
 __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                                  const FusionParams* f = nullptr) {
@@ -86,6 +100,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                 "FP8 tiles: 128x128 or 128x192 (consumers split rows) or 64x256 (consumers split columns)");
   static_assert(fp8_smem_bytes<kBlockM, kBlockN, kStages>() <= 232448, "stages do not fit in 227 KB");
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
+  static_assert(!kSplitTail || !Fuse::any, "split=tail: unfused kernels only (a bias would be added once per piece)");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // 128
@@ -132,17 +147,21 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     // Warp 0 walks the groups 32 per step (seek_warp, as in the 4-bit kernel: a one-thread walk
     // could not keep the stages full at decode); its lane 0 issues the copies.
     if (threadIdx.x < 32) {
+      const int k_blocks = role_blocks_of<kSplitTail>(p.k, kFp8BlockK, num_k_blocks);
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
-        const int tile_index = kDynamic ? ring.publish_warp(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
-        if (!cursor.seek_warp(p, tile_index, tile)) {
-          if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
+        const int unit_index = kDynamic ? ring.publish_warp(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
+        SplitUnit unit{unit_index, 0, k_blocks, -1};
+        if constexpr (kSplitTail) unit = split_unit(p, unit_index, k_blocks);
+        if (!cursor.seek_warp(p, unit.tile, tile)) {
+          const int units = kSplitTail ? split_unit_count(p, cursor.tiles_before, k_blocks) : cursor.tiles_before;
+          if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, unit_index, units);
           break;
         }
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + tile.n_block * kBlockN;
-        for (int kb = 0; kb < num_k_blocks; ++kb) {
+        for (int kb = unit.kb_begin; kb < unit.kb_end; ++kb) {
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);  // the whole warp waits, lane 0 issues
           if (threadIdx.x == 0) {
             const unsigned full = full_bars + 8 * stage;
@@ -157,6 +176,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     }
   } else {
     warpgroup_claim_registers<240>();
+    const int k_blocks = role_blocks_of<kSplitTail>(p.k, kFp8BlockK, num_k_blocks);
+    const int n_blocks = role_blocks_of<kSplitTail>(p.n, 128, n_scale_blocks);
     const int consumer = warpgroup - 1;
     const int lane = threadIdx.x % 32;
     const int warp_in_group = (threadIdx.x / 32) % 4;
@@ -172,12 +193,15 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     int stage = 0;
     unsigned phase = 0;
     for (int tile_iter = 0;; ++tile_iter) {
-      const int tile_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
-      if (!cursor.seek_warp(p, tile_index, tile)) break;
+      const int unit_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
+      SplitUnit unit{unit_index, 0, k_blocks, -1};
+      if constexpr (kSplitTail) unit = split_unit(p, unit_index, k_blocks);
+      const int kb_begin = unit.kb_begin, kb_end = unit.kb_end;
+      if (!cursor.seek_warp(p, unit.tile, tile)) break;
       if (!kSplitN && tile.m_block * kBlockM + tile_row0 >= tile.group_rows) {
         // No rows for this consumer: only hand the stages back. A separate loop: a wgmma under a
         // divergent branch makes ptxas serialize all of them (C7520).
-        for (int kb = 0; kb < num_k_blocks; ++kb) {
+        for (int kb = kb_begin; kb < kb_end; ++kb) {
           mbarrier_wait(full_bars + 8 * stage, phase);
           if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
           if (++stage == kStages) stage = 0, phase ^= 1;
@@ -199,22 +223,22 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // (Per-channel B scales: no B scale in the promotion; sb stays 1 and sb_block is unused.)
       const float* sb_block = static_cast<const float*>(p.scale_b) +
                               (kChannelScalesB ? 0ll
-                                               : (static_cast<long long>(tile.group) * n_scale_blocks + min(n0, p.n - 1) / 128) *
-                                                     num_k_blocks);
+                                               : (static_cast<long long>(tile.group) * n_blocks + min(n0, p.n - 1) / 128) *
+                                                     k_blocks);
       // 128x192: columns [split, 192) of the slice take the next scale block's scale (or, past N,
       // where nothing is stored, this block's again: the read stays inside B's scales).
       constexpr bool kTwoScaleBlocks = kWgN > 128;
       static_assert(!kTwoScaleBlocks || (kWgN == 192 && !kSplitN), "two scale blocks: the 128x192 tile, n0 a multiple of 64");
       const int split = kTwoScaleBlocks ? 128 - n0 % 128 : kWgN;
-      const float* sb_block_hi = kTwoScaleBlocks && n0 + split < p.n ? sb_block + num_k_blocks : sb_block;
+      const float* sb_block_hi = kTwoScaleBlocks && n0 + split < p.n ? sb_block + k_blocks : sb_block;
       const long long a_stride = p.total_rows;
       float sa0 = 0.f, sa1 = 0.f, sb = kChannelScalesB ? 1.f : 0.f, sb_hi = sb;
-      if (num_k_blocks > 0) {
-        sa0 = sa_row0 ? __ldg(sa_row0) : 0.f;
-        sa1 = sa_row1 ? __ldg(sa_row1) : 0.f;
+      if (kb_end > kb_begin) {
+        sa0 = sa_row0 ? __ldg(sa_row0 + kb_begin * a_stride) : 0.f;
+        sa1 = sa_row1 ? __ldg(sa_row1 + kb_begin * a_stride) : 0.f;
         if constexpr (!kChannelScalesB) {
-          sb = __ldg(sb_block);
-          if constexpr (kTwoScaleBlocks) sb_hi = __ldg(sb_block_hi);
+          sb = __ldg(sb_block + kb_begin);
+          if constexpr (kTwoScaleBlocks) sb_hi = __ldg(sb_block_hi + kb_begin);
         }
       }
       if constexpr (Fuse::bias && !kChannelScalesB) {
@@ -224,7 +248,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
       }
 
-      for (int kb = 0; kb < num_k_blocks; ++kb) {
+      for (int kb = kb_begin; kb < kb_end; ++kb) {
         mbarrier_wait(full_bars + 8 * stage, phase);
         // Descriptors advanced from the first stage's (SASS: rebuilding them from the address for
         // each k32 step cost ~40 instructions per k-block).
@@ -238,7 +262,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         wgmma_commit();
         // Next block's scales load while the MMAs run.
         float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = kChannelScalesB ? 1.f : 0.f, next_sb_hi = next_sb;
-        if (kb + 1 < num_k_blocks) {
+        if (kb + 1 < kb_end) {
           next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
           next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
           if constexpr (!kChannelScalesB) {
@@ -273,6 +297,10 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         }
         sb_hi = next_sb_hi;
         sa0 = next_sa0, sa1 = next_sa1, sb = next_sb;
+      }
+      // A piece of a split tile: only the last piece to finish scales and stores (barriers 3 and 4).
+      if constexpr (kSplitTail) {
+        if (unit.piece >= 0 && !split_reduce(p, unit, consumer, acc, (int)threadIdx.x % 128, 3 + consumer)) continue;
       }
       if constexpr (kChannelScalesB)
         scale_columns_fp8<kWgN, Fuse::bias>(acc, static_cast<const float*>(p.scale_b), f, tile.group, p.n, n0, lane);
