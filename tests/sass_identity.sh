@@ -2,7 +2,8 @@
 # Checks that kernels untouched by a change compile to byte-identical SASS: a bf16 Hopper config
 # (128x256x64 s4, CTA pairs, dynamic scheduler, contiguous), a portable one (128x128x32, masked,
 # dynamic) and four unfused quantized ones (portable FP8 and MXFP4, Hopper NVFP4 4-bit and FP8) are compiled with nvcc against kernel_templates/ of BASE (default: the merge base with main) and of the
-# working tree, and their cuobjdump -sass compared. CPU only. Usage: tests/sass_identity.sh [BASE]
+# working tree, and their cuobjdump -sass compared. CPU only. Usage: [KEEP=1] tests/sass_identity.sh [BASE]
+# (KEEP=1 leaves the work folder with both trees' .sass files for a diff).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 base=${1:-$(git -C "$root" merge-base HEAD main)}

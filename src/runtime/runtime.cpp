@@ -206,13 +206,12 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   long long units = tiles;
   if (spec.split == SplitK::tail && groups) {
     // The exact tile count decides the split (count_tiles is exact with the host's groups; without
-    // them every tile runs whole). At most one piece per CTA: R x S <= ctas workspace tiles.
+    // them every tile runs whole). At most one piece per CTA: R x S <= ctas tiles of partial sums,
+    // which the workspace (one 128x256 tile per SM) holds for the one-CTA-per-SM kernels that split;
+    // a plan it could not hold runs whole tiles.
     const SplitTailPlan plan = plan_split_tail(tiles, ctas, (args.k + spec.tile.k - 1) / spec.tile.k);
-    if (plan.count > 1) {
-      const std::size_t floats = (std::size_t)plan.tiles * plan.count * spec.tile.m * spec.tile.n;
-      if (floats > rt.split_partial_floats() || (std::size_t)plan.tiles * 2 > rt.split_flag_count() ||
-          spec.tile.m * spec.tile.n > (int)Runtime::Impl::kSplitTileFloats)
-        throw Error(fmt::format("split=tail: plan of {} tiles x {} pieces exceeds the workspace", plan.tiles, plan.count));
+    const std::size_t floats = (std::size_t)plan.tiles * plan.count * spec.tile.m * spec.tile.n;
+    if (plan.count > 1 && floats <= rt.split_partial_floats() && (std::size_t)plan.tiles * 2 <= rt.split_flag_count()) {
       const DeviceBuffer& ws = rt.split_workspace(stream);
       p.split_partials = static_cast<float*>(ws.get());
       p.split_flags = reinterpret_cast<int*>(static_cast<float*>(ws.get()) + rt.split_partial_floats());
