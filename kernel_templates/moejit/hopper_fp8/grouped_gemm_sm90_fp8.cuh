@@ -22,7 +22,7 @@
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
 #include "moejit/common/scheduler.cuh"
-#include "moejit/common/split_tail.cuh"
+#include "moejit/common/split_exchange.cuh"
 #include "moejit/hopper/smem.cuh"
 #include "moejit/hopper/mbarrier.cuh"
 #include "moejit/hopper/tma.cuh"
