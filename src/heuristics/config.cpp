@@ -36,6 +36,8 @@ constexpr int kSplitTailMinK = 4096;
 constexpr TileChoice kFp8Small = {{64, 256, 128}, 5, 1, 1};
 constexpr TileChoice kFp8Large = {{128, 128, 128}, 6, 1, 1};
 constexpr TileChoice kFp8Wide = {{128, 192, 128}, 5, 1, 1};
+// 128x192 whose last partial round runs in pieces of K (split=tail, with_split_tail).
+constexpr TileChoice kFp8WideSplit = {{128, 192, 128}, 5, 1, 1, 1, SplitK::tail};
 constexpr int kFp8WideTileMinRows = 48;  // mean rows per active expert
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
@@ -96,7 +98,7 @@ KernelSpec with_tile(KernelSpec spec, const TileChoice& t) {
 // Each piece keeps at least kMinKBlocksPerPiece K blocks: its partial sums (128 KB for 128x256)
 // go out to the workspace and the last piece reads the others back, a few K blocks' worth of time.
 // At most kMaxPieces: the last piece reads S - 1 partials on its own. At most kMaxRounds rounds:
-// the split kernels run 2-7% slower than the plain ones on every tile (FP8 Qwen3 up 1.07x where
+// the split kernels run 1-8% slower than the plain ones on every tile (FP8 Qwen3 up 1.07x where
 // nothing was split; docs/perf.md v14), which a tail saving (1 - 1/S) of one round in many does
 // not repay (FP8 Mixtral down 4096, 11 rounds: 1.01-1.02x; bf16 Mixtral down 4096, 9 rounds).
 SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks) {
@@ -311,8 +313,6 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
     return out;
   }
   if (!hopper_capable(arch)) return {};
-  // 128x192 also with split=tail (with_split_tail).
-  const TileChoice kFp8WideSplit = {kFp8Wide.tile, kFp8Wide.stages, 1, 1, 1, SplitK::tail};
   for (const TileChoice& t : {kFp8Small, kFp8Large, kFp8Wide, kFp8WideSplit})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (DType c : {DType::bf16, DType::f16, DType::f32})

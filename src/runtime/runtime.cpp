@@ -60,7 +60,7 @@ struct Runtime::Impl {
   std::mutex counters_mutex;
   std::map<Stream, DeviceBuffer> tile_counters;  // dynamic scheduler: one self-resetting int per stream
   // split=tail: per stream, one fp32 128x256 tile per SM for the pieces' partial sums, then two
-  // self-resetting counters per SM (kernel_templates/moejit/common/split_tail.cuh).
+  // self-resetting counters per SM (kernel_templates/moejit/common/split_exchange.cuh).
   std::map<Stream, DeviceBuffer> split_workspaces;
   // Routing kernels (src/runtime/routing.cpp): modules by spec text, functions by spec text + entry.
   std::mutex extra_mutex;
