@@ -521,18 +521,48 @@ TEST_CASE("quantizers and dequantizers name every bad argument", "[formats][vali
 
 // ---- W4 SM90: 4-bit weights pre-arranged for the Hopper weight-only kernel ----
 
-// The stored code words interleave their four pairs' 2-bit fields (w4_layout.cuh): pinned by hand.
+// The stored code words scatter their four pairs' bits (w4_layout.cuh): pinned by hand.
 TEST_CASE("w4 sm90 pack: code words are bit-interleaved", "[formats][w4]") {
-  // Pairs 0x21, 0x43, 0x65, 0x87 (A = low nibble). Pair 0 at shift 0: A = 1 -> bits 1..0 = 01,
-  // B = 2 -> bits 9..8 = 10; pair 1 at shift 2: A = 3 -> bits 3..2, B = 4 -> bits 15..14 = 01; pair 2
-  // at 16: A = 5 -> 01 at 16, 01 at 20, B = 6 -> 10 at 24, 01 at 28; pair 3 at 18: A = 7 -> 11 at
-  // 18, 01 at 22, B = 8 -> 10 at 30.
-  CHECK(w4_sm90_interleave_codes(0x87654321u) == 0x925D420Du);
+  // Pairs 0x21, 0x43, 0x65, 0x87 (A = low nibble; code bits m, e0, e1, sign). Pairs 0-2 at BF16
+  // bits (A: 6, 7, 8, 15; B: 22, 23, 24, 31) + 3p mod 32: pair 0: A = 1 (m) -> bit 6, B = 2 (e0) ->
+  // 23; pair 1: A = 3 (m, e0) -> 9, 10, B = 4 (e1) -> 27; pair 2: A = 5 (m, e1) -> 12, 14, B = 6
+  // (e0, e1) -> 29, 30. Pair 3 at (A: 3, 4, 0, 1; B: + 16): A = 7 (m, e0, e1) -> 3, 4, 0, B = 8
+  // (sign) -> 17.
+  CHECK(w4_sm90_interleave_codes(0x87654321u) == 0x68825659u);
   for (unsigned byte = 0; byte < 256; ++byte)
     for (int p = 0; p < 4; ++p) {
       const unsigned logical = (0x5Au * 0x01010101u & ~(0xFFu << (8 * p))) | (byte << (8 * p));
       REQUIRE(w4_sm90_code_pair(w4_sm90_interleave_codes(logical), p) == byte);
     }
+}
+
+// The kernels' first widening step (w4_sm90_pair_bf16_bits, shared with hopper_w4/e2m1.cuh): every
+// pair of every word, read as a BF16 pair and multiplied by 2^126, is the two codes' E2M1 values.
+TEST_CASE("w4 sm90 pack: each stored pair widens to its codes' BF16 bits", "[formats][w4]") {
+  const auto bf16_times_2pow126 = [](unsigned half) {
+    float f;
+    const std::uint32_t bits = (half & 0xFFFFu) << 16;
+    std::memcpy(&f, &bits, 4);
+    return std::ldexp(f, 126);
+  };
+  const auto widen = [](unsigned word, int p) {
+    switch (p) {
+      case 0: return w4_sm90_pair_bf16_bits<0>(word);
+      case 1: return w4_sm90_pair_bf16_bits<1>(word);
+      case 2: return w4_sm90_pair_bf16_bits<2>(word);
+      default: return w4_sm90_pair_bf16_bits<3>(word);
+    }
+  };
+  std::mt19937 rng(7);
+  for (unsigned byte = 0; byte < 256; ++byte)
+    for (int p = 0; p < 4; ++p)
+      for (int trial = 0; trial < 4; ++trial) {  // the other pairs random: their bits must not leak in
+        const unsigned logical = (rng() & ~(0xFFu << (8 * p))) | (byte << (8 * p));
+        const unsigned bits = widen(w4_sm90_interleave_codes(logical), p);
+        REQUIRE((bits & ~kW4Sm90PairMask) == 0u);
+        REQUIRE(same_bits(bf16_times_2pow126(bits), e2m1_to_float(static_cast<std::uint8_t>(byte & 0xF))));
+        REQUIRE(same_bits(bf16_times_2pow126(bits >> 16), e2m1_to_float(static_cast<std::uint8_t>(byte >> 4))));
+      }
 }
 
 TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "[formats][w4]") {

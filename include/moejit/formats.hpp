@@ -60,12 +60,14 @@
 //   c = lane % 4 (the m64k16 register fragment of wgmma's A operand, so each thread widens exactly
 //   the elements it multiplies): code pair 4 kk + i (kk = 0..3) holds the E2M1 codes (A = lower K,
 //   B = the next) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] and the
-//   next K. The four pairs of word kk are stored bit-interleaved, not one per byte: pair i's 2-bit
-//   fields A[1:0], A[3:2], B[1:0], B[3:2] at bits s, s + 4, s + 8, s + 12 of the little-endian
-//   word, s = 2 (i % 2) + 16 (i / 2), so that the kernel widens a pair with one table-lookup byte
-//   permute (w4_sm90_interleave_codes / w4_sm90_code_pair in kernel_templates/moejit/common/w4_layout.cuh).
-//   The interleaving came in 2026-11-25 (docs/perf.md v12): weights packed by an earlier
-//   pack_w4_sm90 (one pair per byte) must be packed again; nothing in the bytes tells the two apart.
+//   next K. The four pairs of word kk are stored bit-scattered, not one per byte: bits m, e0, e1,
+//   sign of code A of pair i = 0..2 at bits 6, 7, 8, 15 (B: 22, 23, 24, 31) of the little-endian
+//   word plus 3 i, mod 32; pair 3's A at bits 3, 4, 0, 1 (B: 19, 20, 16, 17), so that the kernel
+//   widens a pair with a rotate and an AND (w4_sm90_code_bit / w4_sm90_interleave_codes /
+//   w4_sm90_code_pair in kernel_templates/moejit/common/w4_layout.cuh). Layout history, each a
+//   breaking change (weights packed by an earlier pack_w4_sm90 must be packed again; nothing in
+//   the bytes tells the layouts apart): one pair per byte until v12 (2026-11-25), 2-bit fields
+//   for a table-lookup byte permute in v12-v14, the scattered bits since v15 (docs/perf.md).
 //   Scale byte j: row {r0, r1}[j % 2]; MXFP4: 32-block 2 kb + j / 2 (j = 0..3); NVFP4: E4M3 of
 //   16-block 4 kb + j / 2 (j = 0..7). Rows past N and K past the end: code 0, scale 127 (MXFP4)
 //   / E4M3 0. NVFP4's per-expert fp32 tensor scales are not in the blocks: they are

@@ -410,7 +410,7 @@ void for_each_w4_byte(QuantShape shape, const W4Layout& layout, Code&& visit, Sc
 }
 
 // Rewrites every 32-bit code word of every block (bytes [0, 4096) of each): to_stored = true turns
-// logical words (byte p = code pair p) into the stored bit-interleaved ones (w4_layout.cuh,
+// logical words (byte p = code pair p) into the stored bit-scattered ones (w4_layout.cuh,
 // w4_sm90_interleave_codes), false turns stored words back into logical ones.
 void convert_code_words(std::vector<std::uint8_t>& bytes, QuantShape shape, const W4Layout& layout, bool to_stored) {
   const std::int64_t n_blocks = ceil_div(shape.rows, 128), k_blocks = ceil_div(shape.k, 64);

@@ -37,28 +37,46 @@ __host__ __device__ constexpr long long w4_sm90_run_bytes(int k_blocks64, bool n
 }
 
 // Code words. The fragment layout (formats.hpp) names "code byte" 4 kk + p: the pair p = 0..3 of
-// the thread's 32-bit word kk. In memory each word holds its four pairs bit-interleaved: pair p's
-// codes A (lower K) and B sit as 2-bit fields at bit w4_sm90_pair_shift(p) + {0, 4, 8, 12} =
-// {A bits 1..0, A bits 3..2, B bits 1..0, B bits 3..2}. Why: (word >> shift) & 0x3333 is then
-// four byte-permute selectors, and one prmt over an 8-byte table widens the pair to BF16 bits
-// (hopper_w4/e2m1.cuh): a shift, a LOP3 and a PRMT per pair instead of ~3.75 integer operations.
-__host__ __device__ constexpr int w4_sm90_pair_shift(int p) { return (p & 1) * 2 + (p >> 1) * 16; }
+// the thread's 32-bit word kk. In memory each word holds its four pairs' 32 bits scattered so that
+// the kernel finds each pair's bits where a BF16 pair keeps them (hopper_w4/e2m1.cuh): code A
+// (lower K) bits m, e0, e1, sign at BF16 bits 6, 7, 8, 15, code B's at 22, 23, 24, 31 (mask
+// kW4Sm90PairMask). Pairs 0, 1, 2 are stored at those bits rotated left by 0, 3 and 6, so a rotate
+// and an AND widen them (pair 0: the AND alone); no fourth rotation fits the bits left over, and
+// pair 3 takes them as (A: m, e0, e1, sign) at bits (3, 4, 0, 1), B the same + 16, which a multiply
+// by 2^3 + 2^8 + 2^14 moves into place without two copies meeting (so without carries). 8 integer
+// instructions per word of four pairs; the 2-bit-field table lookup before (2026-11-25, v12) took 11.
+// Stored bit of logical bit i (0..7: A's m, e0, e1, sign, then B's) of pair p.
+constexpr unsigned kW4Sm90PairMask = 0x81C081C0u;
+__host__ __device__ constexpr int w4_sm90_code_bit(int p, int i) {
+  const int half = (i & 4) * 4;  // code B: + 16
+  const int role = i & 3;        // m, e0, e1, sign
+  if (p == 3) return half + ((0x1043 >> (4 * role)) & 0xF);  // at bits 3, 4, 0, 1
+  return (half + (role == 3 ? 15 : 6 + role) + 3 * p) % 32;
+}
 
 // Logical word (byte p = pair p: A in the low nibble, B in the high one) -> stored word.
 __host__ __device__ inline unsigned w4_sm90_interleave_codes(unsigned logical) {
   unsigned out = 0;
-  for (int p = 0; p < 4; ++p) {
-    const unsigned byte = (logical >> (8 * p)) & 0xFFu, a = byte & 0xFu, b = byte >> 4;
-    const int s = w4_sm90_pair_shift(p);
-    out |= ((a & 3u) << s) | ((a >> 2) << (s + 4)) | ((b & 3u) << (s + 8)) | ((b >> 2) << (s + 12));
-  }
+  for (int p = 0; p < 4; ++p)
+    for (int i = 0; i < 8; ++i) out |= ((logical >> (8 * p + i)) & 1u) << w4_sm90_code_bit(p, i);
   return out;
 }
 
 // Stored word -> logical pair p (A in the low nibble, B in the high one).
 __host__ __device__ inline unsigned w4_sm90_code_pair(unsigned stored, int p) {
-  const unsigned f = stored >> w4_sm90_pair_shift(p);
-  return (f & 3u) | (((f >> 4) & 3u) << 2) | (((f >> 8) & 3u) << 4) | (((f >> 12) & 3u) << 6);
+  unsigned out = 0;
+  for (int i = 0; i < 8; ++i) out |= ((stored >> w4_sm90_code_bit(p, i)) & 1u) << i;
+  return out;
+}
+
+// Pair p of a stored word -> its codes' bits at their BF16 places (kW4Sm90PairMask), the first
+// step of the kernels' widening (hopper_w4/e2m1.cuh), here so that the host tests check it: pairs
+// 0-2 a rotate (SHF.R.W) and an AND, pair 3 an AND, a multiply and an AND.
+template <int kPair>
+__host__ __device__ constexpr unsigned w4_sm90_pair_bf16_bits(unsigned word) {
+  static_assert(kPair >= 0 && kPair < 4, "four code pairs per word");
+  if (kPair == 3) return ((word & 0x001B001Bu) * ((1u << 3) + (1u << 8) + (1u << 14))) & kW4Sm90PairMask;
+  return ((word >> (3 * kPair)) | (word << ((32 - 3 * kPair) & 31))) & kW4Sm90PairMask;
 }
 
 struct W4Offsets {

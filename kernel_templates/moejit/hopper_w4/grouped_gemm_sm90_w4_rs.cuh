@@ -16,7 +16,7 @@
 // With warp = t / 32, lane = t % 32, r0 = 128 nb + 64 w + 16 warp + lane / 4, r1 = r0 + 8,
 // c = lane % 4: code pair 4 kk + i (k step kk = 0..3 of 16) holds the two E2M1 codes (A = lower
 // K) of row {r0, r1, r0, r1}[i] at K = 64 kb + 16 kk + 2c + {0, 0, 8, 8}[i] (+0, +1); the four
-// pairs of word kk are bit-interleaved (common/w4_layout.cuh) for the byte-permute widening.
+// pairs of word kk are bit-scattered (common/w4_layout.cuh) for a rotate-and-mask widening.
 // MXFP4 scale byte j (0..3): row {r0, r1}[j % 2], 32-block 2 kb + j / 2: the E8M0 scale minus the
 // row's exponent (0..128; 129 marks a NaN block, whose codes are 0); the row's sums are multiplied
 // by 2^exponent before C is rounded.
@@ -375,25 +375,28 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(codes[0]), "=r"(codes[1]), "=r"(codes[2]), "=r"(codes[3])
                    : "r"(w_stage + my_codes));
-      // Scale (bf16x2, both halves) of rows r0 / r1 (j % 2) per scale block of this K block (j / 2):
-      // one exact multiply per code pair. MXFP4 by 2^(s - 1) = 2^126 * 2^(s - 127), a normal BF16 for
-      // every stored s (0..128: the packer stores scales relative to the row's exponent, which the
-      // epilogue multiplies back; 129, a NaN block's, gives infinity, and 0 x inf = NaN). (A
-      // second, two-multiply path for scales above 2^1 made ptxas serialize the 64-token tile's
-      // wgmmas, C7512, docs/perf.md v9-v10.) NVFP4 by its E4M3 scale x 2^117 (at most 448 x 2^117 <
-      // 2^126): the weights reach wgmma as value x 2^-9 (exact: 2 x 4 significant bits, >= 2^-19)
-      // and the accumulator gets the 2^9 back with the expert's fp32 scale.
-      constexpr int kScales = kScaleBytes;
-      unsigned first_factor[kScales];
+      // Scales of rows r0 (low half) and r1 (high half) of each scale block of this K block, one
+      // BF16 pair per block: the multiply of a code pair takes its row's half of it (bf16x2_mul_by_half,
+      // an operand select of HMUL2), one exact multiply per code pair. MXFP4 by 2^(s - 1) = 2^126 *
+      // 2^(s - 127), a normal BF16 for every stored s (0..128: the packer stores scales relative to
+      // the row's exponent, which the epilogue multiplies back; 129, a NaN block's, gives infinity,
+      // and 0 x inf = NaN). (A second, two-multiply path for scales above 2^1 made ptxas serialize
+      // the 64-token tile's wgmmas, C7512, docs/perf.md v9-v10.) NVFP4 by its E4M3 scale x 2^117
+      // (at most 448 x 2^117 < 2^126): the weights reach wgmma as value x 2^-9 (exact: 2 x 4
+      // significant bits, >= 2^-19) and the accumulator gets the 2^9 back with the expert's fp32
+      // scale. (One register per row and block before v15: 10 instructions per MXFP4 K block, 4 now.)
+      constexpr int kScaleBlocks = kScaleBytes / 2;
+      unsigned row_factors[kScaleBlocks];
       if constexpr (kFormat == kNVFP4) {
         asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(scales[0]), "=r"(scales[1]) : "r"(w_stage + my_scales));
 #pragma unroll
-        for (int j = 0; j < kScales; j += 2)
-          e4m3x2_times_2pow117_bf16x2(scales[j / 4] >> (8 * (j % 4)), first_factor[j], first_factor[j + 1]);
+        for (int b = 0; b < kScaleBlocks; ++b) row_factors[b] = e4m3x2_times_2pow117_bf16x2(scales[b / 2] >> (16 * (b % 2)));
       } else {
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(scales[0]) : "r"(w_stage + my_scales));
-#pragma unroll
-        for (int j = 0; j < kScales; ++j) first_factor[j] = (((scales[0] >> (8 * j)) & 0xFF) + 126u) * 0x00800080u;
+        // Bytes 2b, 2b + 1 (rows r0, r1 of block b) into the low bytes of the two halves, then
+        // BF16 bits (s + 126) << 7 in each.
+        row_factors[0] = __byte_perm(scales[0], 0u, 0x4140) * 0x80u + 0x3F003F00u;
+        row_factors[1] = __byte_perm(scales[0], 0u, 0x4342) * 0x80u + 0x3F003F00u;
       }
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -401,9 +404,10 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         const unsigned bits[4] = {e2m1_pair_bits_as_bf16x2<0>(word), e2m1_pair_bits_as_bf16x2<1>(word),
                                   e2m1_pair_bits_as_bf16x2<2>(word), e2m1_pair_bits_as_bf16x2<3>(word)};
         // MXFP4: 32-blocks, k steps 0-1 in the first, 2-3 in the second; NVFP4: one 16-block per step.
-        const int block = kFormat == kNVFP4 ? kk : kk / 2;
+        const unsigned factors = row_factors[kFormat == kNVFP4 ? kk : kk / 2];
+        // Pairs 0, 2 are row r0's, 1, 3 row r1's.
 #pragma unroll
-        for (int i = 0; i < 4; ++i) frag[kk][i] = bf16x2_mul(bits[i], first_factor[(i & 1) + 2 * block]);
+        for (int i = 0; i < 4; ++i) frag[kk][i] = bf16x2_mul_by_half(bits[i], factors, i & 1);
       }
     };
     auto widen = [&](unsigned (&frag)[kSlices][4][4]) {

@@ -202,7 +202,7 @@ struct W4WidenLoader {
         const unsigned scale =
             kNv ? e4m3_to_bf16x2_sm80(scale_byte)
                 : hopper::e8m0_to_bf16x2(scale_byte == 129u ? 255u : min(scale_byte + __ldg(group_blocks + at.exponent), 255u));
-        // The pair is one of four in a stored (bit-interleaved) word: common/w4_layout.cuh.
+        // The pair is one of four in a stored (bit-scattered) word: common/w4_layout.cuh.
         const unsigned* words = reinterpret_cast<const unsigned*>(block + (at.code & ~3));
         const int pair = at.code & 3;
 #pragma unroll
