@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# On the GPU machine: the same bench_suite cases from two builds, in alternating processes
+# (base/new/new/base, so that a drift of the GPU's state over the call hits both sides alike), for
+# a change that the host side takes part in (a packed layout: MOEJIT_TEMPLATE_DIR alone cannot A/B
+# it). Results in $OUT: ab_<format>_<i>_<side>.csv and ab_summary.txt (new/base per case, best of
+# each side's two processes, and the geomean per token count).
+#   BASE_BUILD   build folder of the base commit (only examples/bench_suite is used), carried
+#   BUILD        build folder of the change (default build)
+#   FORMATS      bench_suite FORMATs to compare (default "mxfp4 nvfp4"; "bf16" for the unquantized suite)
+#   TOKENS, MODELS as in bench_suite (default TOKENS=16,128)
+set -uo pipefail
+OUT=${OUT:-/tmp/moejit-out}
+BUILD=${BUILD:-build}
+: "${BASE_BUILD:?BASE_BUILD: the build folder of the base commit}"
+export TOKENS=${TOKENS:-16,128}
+mkdir -p "$OUT"
+status=0
+for fmt in ${FORMATS:-mxfp4 nvfp4}; do
+  i=0
+  for side in base new new base; do
+    i=$((i + 1))
+    bin="$BUILD/examples/bench_suite"
+    [ "$side" = base ] && bin="$BASE_BUILD/examples/bench_suite"
+    format=(FORMAT="$fmt")
+    [ "$fmt" = bf16 ] && format=()
+    # Separate caches: the two builds' kernels may share a spec but not a source.
+    env "${format[@]}" MOEJIT_CACHE_DIR=/tmp/moejit-cache-$side "$bin" "$OUT/ab_routing.csv" \
+      > "$OUT/ab_${fmt}_${i}_${side}.csv" 2> "$OUT/ab_${fmt}_${i}_${side}.log" || status=1
+  done
+done
+python3 - "$OUT" ${FORMATS:-mxfp4 nvfp4} <<'PY' | tee "$OUT/ab_summary.txt"
+import csv, math, sys, glob, os
+out, fmts = sys.argv[1], sys.argv[2:]
+for fmt in fmts:
+    times = {}
+    for path in sorted(glob.glob(os.path.join(out, f"ab_{fmt}_*_*.csv"))):
+        side = path.rsplit("_", 1)[1][:-4]
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                key = (row["model"], row["gemm"], int(row["tokens"]))
+                times.setdefault(key, {}).setdefault(side, []).append(float(row["ms"]))
+    print(f"## {fmt}: new/base (best of two processes each), ms base | new")
+    by_tokens = {}
+    for key in sorted(times):
+        t = times[key]
+        if "base" not in t or "new" not in t:
+            continue
+        b, n = min(t["base"]), min(t["new"])
+        by_tokens.setdefault(key[2], []).append(n / b)
+        print(f"{key[0]:14} {key[1]:5} {key[2]:6}  {b:.4f} | {n:.4f}  {n / b:.3f}")
+    for tokens, r in sorted(by_tokens.items()):
+        print(f"geomean new/base at {tokens} tokens: {math.exp(sum(map(math.log, r)) / len(r)):.3f} over {len(r)} cases")
+PY
+exit $status
