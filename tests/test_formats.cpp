@@ -529,6 +529,9 @@ TEST_CASE("w4 sm90 pack: code words are bit-interleaved", "[formats][w4]") {
   // (e0, e1) -> 29, 30. Pair 3 at (A: 3, 4, 0, 1; B: + 16): A = 7 (m, e0, e1) -> 3, 4, 0, B = 8
   // (sign) -> 17.
   CHECK(w4_sm90_interleave_codes(0x87654321u) == 0x68825659u);
+  // A layout change fails the line above: it must also bump the version users keep beside stored
+  // packed weights (formats.hpp).
+  STATIC_REQUIRE(kW4Sm90LayoutVersion == 3);
   for (unsigned byte = 0; byte < 256; ++byte)
     for (int p = 0; p < 4; ++p) {
       const unsigned logical = (0x5Au * 0x01010101u & ~(0xFFu << (8 * p))) | (byte << (8 * p));

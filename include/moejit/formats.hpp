@@ -184,6 +184,11 @@ ScaleB fp8_kernel_scale_layout_b(const Fp8Tensor& weights);  // channels for per
 
 // 4-bit weights pre-arranged for the Hopper weight-only kernel (layout "W4 SM90" above); the
 // tensor's batches are the experts, rows = N. Sizes are checked against the shape.
+// The layout's version: 1 one pair per byte, 2 (v12) the 2-bit-field interleave, 3 (v15) the
+// scattered bits. The packed bytes do not carry it and the kernels cannot tell the layouts apart:
+// whoever stores packed weights (a converted checkpoint) keeps this number beside them and packs
+// again when it differs.
+inline constexpr int kW4Sm90LayoutVersion = 3;
 std::int64_t w4_sm90_packed_bytes(QuantShape shape, QuantFormat format);  // format: mxfp4 | nvfp4
 std::vector<std::uint8_t> pack_w4_sm90(const Mxfp4Tensor& weights);
 std::vector<std::uint8_t> pack_w4_sm90(const Nvfp4Tensor& weights);
