@@ -6,12 +6,14 @@
 # each side's two processes, and the geomean per token count).
 #   BASE_BUILD   build folder of the base commit (only examples/bench_suite is used), carried
 #   BUILD        build folder of the change (default build)
+#   or, for a template-only change, one binary: BASE_TEMPLATES / NEW_TEMPLATES, kernel_templates
+#   folders given to $BUILD's bench_suite as MOEJIT_TEMPLATE_DIR (NEW_TEMPLATES unset: its own)
 #   FORMATS      bench_suite FORMATs to compare (default "mxfp4 nvfp4"; "bf16" for the unquantized suite)
 #   TOKENS, MODELS as in bench_suite (default TOKENS=16,128)
 set -uo pipefail
 OUT=${OUT:-/tmp/moejit-out}
 BUILD=${BUILD:-build}
-: "${BASE_BUILD:?BASE_BUILD: the build folder of the base commit}"
+[ -n "${BASE_BUILD:-}" ] || [ -n "${BASE_TEMPLATES:-}" ] || { echo "BASE_BUILD or BASE_TEMPLATES needed" >&2; exit 2; }
 export TOKENS=${TOKENS:-16,128}
 mkdir -p "$OUT"
 status=0
@@ -20,11 +22,14 @@ for fmt in ${FORMATS:-mxfp4 nvfp4}; do
   for side in base new new base; do
     i=$((i + 1))
     bin="$BUILD/examples/bench_suite"
-    [ "$side" = base ] && bin="$BASE_BUILD/examples/bench_suite"
+    [ "$side" = base ] && [ -n "${BASE_BUILD:-}" ] && bin="$BASE_BUILD/examples/bench_suite"
+    templates=()
+    [ "$side" = base ] && [ -n "${BASE_TEMPLATES:-}" ] && templates=(MOEJIT_TEMPLATE_DIR="$BASE_TEMPLATES")
+    [ "$side" = new ] && [ -n "${NEW_TEMPLATES:-}" ] && templates=(MOEJIT_TEMPLATE_DIR="$NEW_TEMPLATES")
     format=(FORMAT="$fmt")
     [ "$fmt" = bf16 ] && format=()
-    # Separate caches: the two builds' kernels may share a spec but not a source.
-    env "${format[@]}" MOEJIT_CACHE_DIR=/tmp/moejit-cache-$side "$bin" "$OUT/ab_routing.csv" \
+    # Separate caches: the two sides' kernels may share a spec but not a source.
+    env "${format[@]}" "${templates[@]}" MOEJIT_CACHE_DIR=/tmp/moejit-cache-$side "$bin" "$OUT/ab_routing.csv" \
       > "$OUT/ab_${fmt}_${i}_${side}.csv" 2> "$OUT/ab_${fmt}_${i}_${side}.log" || status=1
   done
 done
