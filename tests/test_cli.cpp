@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "moejit/formats.hpp"
 #include "test_support.hpp"
 
 using namespace moejit::test;
@@ -73,6 +74,11 @@ TEST_CASE("cli: inspect --formats names the operand formats and scale layouts", 
   auto bf16 = cli(fmt::format("inspect {} --formats", kSmallSpec), dir.str());
   REQUIRE(bf16.code == 0);
   CHECK(bf16.out.find("B  bf16 [E][N][K]") != std::string::npos);
+  // 4-bit weights: the packed layout's version, which users keep beside stored packed weights.
+  auto w4 = cli("inspect family=hopper,a=bf16,b=nvfp4,tile=16x128x64,stages=8 --formats", dir.str());
+  REQUIRE(w4.code == 0);
+  CHECK(w4.out.find(fmt::format("pre-arranged by pack_w4_sm90 (layout {})", moejit::kW4Sm90LayoutVersion)) !=
+        std::string::npos);
 }
 
 TEST_CASE("cli: a preset's 4-bit weights are prewarmed (weights=mxfp4)", "[cli][prewarm][formats]") {

@@ -10,6 +10,7 @@
 
 #include "moejit/common/w4_layout.cuh"  // the pre-arranged 4-bit block size
 #include "moejit/errors.hpp"
+#include "moejit/formats.hpp"  // kW4Sm90LayoutVersion
 #include "util/hash.hpp"
 
 namespace moejit {
@@ -415,12 +416,16 @@ std::string operand_formats(const KernelSpec& spec) {
   } else if (spec.is_weight_only_4bit()) {
     out += fmt::format("A  {} {}[K]\n", moejit::to_text(spec.a), rows);
     if (spec.b == DType::mxfp4)
-      out += "B  mxfp4 (E2M1 + E8M0 scale per 32 K) pre-arranged by pack_w4_sm90: [E][ceil(N/128)] runs of a "
-             "128-byte row-exponent header and ceil(K/64) blocks of 4352 bytes (fragment-order codes, then scales "
-             "relative to the row exponent)\n";
+      out += fmt::format(
+          "B  mxfp4 (E2M1 + E8M0 scale per 32 K) pre-arranged by pack_w4_sm90 (layout {}): [E][ceil(N/128)] runs "
+          "of a 128-byte row-exponent header and ceil(K/64) blocks of 4352 bytes (fragment-order codes, then scales "
+          "relative to the row exponent)\n",
+          kW4Sm90LayoutVersion);
     else
-      out += "B  nvfp4 (E2M1 + E4M3 scale per 16 K) pre-arranged by pack_w4_sm90: [E][ceil(N/128)][ceil(K/64)] "
-             "blocks of 4608 bytes (fragment-order codes, then scales); b_tensor_scales fp32 [E]\n";
+      out += fmt::format(
+          "B  nvfp4 (E2M1 + E4M3 scale per 16 K) pre-arranged by pack_w4_sm90 (layout {}): [E][ceil(N/128)][ceil(K/64)] "
+          "blocks of 4608 bytes (fragment-order codes, then scales); b_tensor_scales fp32 [E]\n",
+          kW4Sm90LayoutVersion);
   } else {
     out += fmt::format("A  {} {}[K]\n", moejit::to_text(spec.a), rows);
     out += fmt::format("B  {} [E][N][K]\n", moejit::to_text(spec.b));
