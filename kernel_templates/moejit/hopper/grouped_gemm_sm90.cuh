@@ -334,6 +334,11 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 
     // K == 0: no wgmma ever runs (num_k_blocks is the same for every tile) and C is the empty
     // sum, so the accumulators start at zero; otherwise the first wgmma of each tile overwrites them.
+    // Descriptors advanced from the first stage's (as in the FP8 and 4-bit kernels): rebuilding
+    // them from each k16 step's address took ~50 of the k-loop's ~90 SASS instructions per K block
+    // (128x256, docs/perf.md v15).
+    const unsigned long long a_desc0 = wgmma_desc_sw128(a_stages + a_offset);
+    const unsigned long long b_desc0 = wgmma_desc_sw128(b_stages + b_offset);
     float acc[kAccRegs];  // the C++ copy the epilogue (and the bias set-up) works on
     Acc::zero();
     int stage = 0;
@@ -406,12 +411,12 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         mbarrier_wait(full_bars + 8 * stage, phase);
         // fuse=gather: A came through the generic proxy (cp.async); order it before wgmma's reads.
         if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
-        const unsigned a_tile = a_stages + stage * kABytes + a_offset;
-        const unsigned b_tile = b_stages + stage * kBBytes + b_offset;
+        const unsigned long long a_desc = wgmma_desc_advance<kABytes>(a_desc0, stage);
+        const unsigned long long b_desc = wgmma_desc_advance<kBBytes>(b_desc0, stage);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < kBlockK / 16; ++k) {
-          Mma::mma_named(wgmma_desc_sw128(a_tile + k * 32), wgmma_desc_sw128(b_tile + k * 32),
+          Mma::mma_named(wgmma_desc_advance<32>(a_desc, k), wgmma_desc_advance<32>(b_desc, k),
                          kSetAccPerTile || ((kb - kb_begin) | k) != 0);
         }
         wgmma_commit();
