@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "moejit/common/fusion_index.cuh"
+#include "moejit/hopper/wgmma_desc.cuh"
 
 using namespace moejit;
 
@@ -66,6 +67,36 @@ TEST_CASE("fusion index: wgmma's SW128 descriptor reads the gathered rows in ord
           REQUIRE(wgmma_sw128_address(a_tile + 32u * kk, m, k) == written);
         }
   }
+}
+
+// The kernels build each consumer's descriptors once from its first stage and advance them by
+// stage and k step (bf16 since v15, FP8 and 4-bit before): the same bits as rebuilding them from
+// the address, for every stage stride the kernels use (operand rows of 128 bytes: bf16 A/B 64-256
+// rows, FP8 A/B 64-256, 4-bit activations 16-256 tokens), consumer offsets up to a 256-row half and
+// k steps of 32 bytes, from stage bases anywhere below the 227 KB of shared memory, also with the
+// CTA's cluster rank in the address's high bits (the shared window address of sm_90).
+template <unsigned kStageBytes>
+void check_descriptor_advance() {
+  using moejit::hopper::wgmma_desc_advance;
+  using moejit::hopper::wgmma_desc_sw128;
+  for (unsigned rank : {0u, 1u, 3u})
+    for (unsigned base = 0x400; base + 8 * kStageBytes <= 227u * 1024u; base += 7 * 1024)
+      for (unsigned offset : {0u, 32u * 128u, 64u * 128u, 96u * 128u, 128u * 128u})
+        for (unsigned stage = 0; stage < 8; ++stage) {
+          if (base + offset + (stage + 1) * kStageBytes > 227u * 1024u) continue;
+          const unsigned first = (rank << 24) + base + offset;
+          const unsigned long long advanced_stage = wgmma_desc_advance<kStageBytes>(wgmma_desc_sw128(first), stage);
+          for (unsigned k = 0; k < 4; ++k)
+            REQUIRE(wgmma_desc_advance<32>(advanced_stage, k) == wgmma_desc_sw128(first + stage * kStageBytes + 32 * k));
+        }
+}
+
+TEST_CASE("wgmma descriptors: advancing by stage and k step equals rebuilding from the address", "[fusion]") {
+  check_descriptor_advance<16 * 128>();   // 4-bit, 16 tokens
+  check_descriptor_advance<64 * 128>();   // bf16/FP8 64 rows; 4-bit 64 tokens
+  check_descriptor_advance<128 * 128>();  // 128 rows
+  check_descriptor_advance<192 * 128>();  // FP8 B of 128x192
+  check_descriptor_advance<256 * 128>();  // 256 rows / tokens
 }
 
 TEST_CASE("fusion index: the producer warpgroup copies every valid gathered row chunk exactly once", "[fusion]") {
