@@ -548,20 +548,12 @@ TEST_CASE("w4 sm90 pack: each stored pair widens to its codes' BF16 bits", "[for
     std::memcpy(&f, &bits, 4);
     return std::ldexp(f, 126);
   };
-  const auto widen = [](unsigned word, int p) {
-    switch (p) {
-      case 0: return w4_sm90_pair_bf16_bits<0>(word);
-      case 1: return w4_sm90_pair_bf16_bits<1>(word);
-      case 2: return w4_sm90_pair_bf16_bits<2>(word);
-      default: return w4_sm90_pair_bf16_bits<3>(word);
-    }
-  };
   std::mt19937 rng(7);
   for (unsigned byte = 0; byte < 256; ++byte)
     for (int p = 0; p < 4; ++p)
       for (int trial = 0; trial < 4; ++trial) {  // the other pairs random: their bits must not leak in
         const unsigned logical = (rng() & ~(0xFFu << (8 * p))) | (byte << (8 * p));
-        const unsigned bits = widen(w4_sm90_interleave_codes(logical), p);
+        const unsigned bits = w4_sm90_pair_bf16_bits(w4_sm90_interleave_codes(logical), p);
         REQUIRE((bits & ~kW4Sm90PairMask) == 0u);
         REQUIRE(same_bits(bf16_times_2pow126(bits), e2m1_to_float(static_cast<std::uint8_t>(byte & 0xF))));
         REQUIRE(same_bits(bf16_times_2pow126(bits >> 16), e2m1_to_float(static_cast<std::uint8_t>(byte >> 4))));

@@ -3,12 +3,7 @@
 // them against independent models of the TMA 128B swizzle, the wgmma / mma.sync accumulator
 // layouts, the GLU contract and TMA store groups). No CUDA header.
 #pragma once
-
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define MOEJIT_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define MOEJIT_HOST_DEVICE inline
-#endif
+#include "moejit/common/host_device.cuh"
 
 namespace moejit {
 

@@ -79,6 +79,16 @@ __host__ __device__ constexpr unsigned w4_sm90_pair_bf16_bits(unsigned word) {
   return ((word >> (3 * kPair)) | (word << ((32 - 3 * kPair) & 31))) & kW4Sm90PairMask;
 }
 
+// The same for a pair chosen at run time (the portable family's loader, the host tests).
+__host__ __device__ inline unsigned w4_sm90_pair_bf16_bits(unsigned word, int pair) {
+  switch (pair) {
+    case 0: return w4_sm90_pair_bf16_bits<0>(word);
+    case 1: return w4_sm90_pair_bf16_bits<1>(word);
+    case 2: return w4_sm90_pair_bf16_bits<2>(word);
+    default: return w4_sm90_pair_bf16_bits<3>(word);
+  }
+}
+
 struct W4Offsets {
   long long block;     // byte offset, inside its expert, of the 128-row x 64-K block holding (r, k)
   long long exponent;  // MXFP4: byte offset, inside its expert, of row r's exponent; NVFP4: -1

@@ -3,12 +3,7 @@
 // step gives the bits rebuilding it from the address would, for every kernel's strides. No CUDA
 // header.
 #pragma once
-
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define MOEJIT_DESC_FN __host__ __device__ __forceinline__ constexpr
-#else
-#define MOEJIT_DESC_FN inline constexpr
-#endif
+#include "moejit/common/host_device.cuh"
 
 namespace moejit::hopper {
 
@@ -18,7 +13,7 @@ namespace moejit::hopper {
 // The tile must start 1024-byte aligned so that the base-offset field can stay 0.
 // Advancing by one k16 step inside the 128-byte row adds 32 bytes to the start address:
 // the hardware applies the swizzle to the full address, so no other field changes.
-MOEJIT_DESC_FN unsigned long long wgmma_desc_sw128(unsigned smem_byte_addr) {
+MOEJIT_HOST_DEVICE constexpr unsigned long long wgmma_desc_sw128(unsigned smem_byte_addr) {
   constexpr unsigned long long kLbo = 1ull << 16;
   constexpr unsigned long long kSbo = (1024ull >> 4) << 32;
   constexpr unsigned long long kSwizzle128B = 1ull << 62;
@@ -30,7 +25,7 @@ MOEJIT_DESC_FN unsigned long long wgmma_desc_sw128(unsigned smem_byte_addr) {
 // the sum never carries out of the field. Cheaper than rebuilding the descriptor from the address
 // in every k step.
 template <unsigned kStrideBytes>
-MOEJIT_DESC_FN unsigned long long wgmma_desc_advance(unsigned long long desc, unsigned count) {
+MOEJIT_HOST_DEVICE constexpr unsigned long long wgmma_desc_advance(unsigned long long desc, unsigned count) {
   static_assert(kStrideBytes % 16 == 0, "descriptor addresses count 16-byte units");
   return desc + count * (kStrideBytes >> 4);
 }

@@ -20,12 +20,7 @@ __device__ __forceinline__ unsigned e2m1_pair_bits_as_bf16x2(unsigned word) {
 
 // The same for a pair chosen at run time (the portable family's loader).
 __device__ __forceinline__ unsigned e2m1_pair_bits_as_bf16x2(unsigned word, int pair) {
-  switch (pair) {
-    case 0: return w4_sm90_pair_bf16_bits<0>(word);
-    case 1: return w4_sm90_pair_bf16_bits<1>(word);
-    case 2: return w4_sm90_pair_bf16_bits<2>(word);
-    default: return w4_sm90_pair_bf16_bits<3>(word);
-  }
+  return w4_sm90_pair_bf16_bits(word, pair);
 }
 
 __device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
