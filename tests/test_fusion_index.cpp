@@ -100,7 +100,7 @@ TEST_CASE("wgmma descriptors: advancing by stage and k step equals rebuilding fr
 }
 
 TEST_CASE("fusion index: the producer warpgroup copies every valid gathered row chunk exactly once", "[fusion]") {
-  for (int rows : {16, 32, 64, 128, 256})  // bf16 kernel: BM 64/128; 4-bit kernel: 16..256 tokens
+  for (int rows : {16, 32, 48, 64, 128, 256})  // bf16 kernel: BM 64/128; 4-bit kernel: 16..256 tokens
     for (int rows_valid = 0; rows_valid <= rows + 3; ++rows_valid) {
       std::map<unsigned, int> writes;  // byte offset in the stage -> tile row
       for (int step = 0; step < gather_steps(rows); ++step)

@@ -144,9 +144,9 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("b=mxfp4,a=f16", {"b=mxfp4 with a=f16"});
   require_rejected("family=hopper,a=f16,b=mxfp4", {"b=mxfp4 with a=f16"});
   require_rejected("family=hopper,a=e4m3,b=nvfp4", {"b=nvfp4 with a=e4m3"});
-  require_rejected("family=hopper,b=mxfp4,tile=256x256x64", {"16|32|64|128|256 tokens"});
+  require_rejected("family=hopper,b=mxfp4,tile=256x256x64", {"16|32|48|64|128|256 tokens"});
   require_rejected("family=hopper,tile=64x64x64", {"64-row tiles need N >= 128"});
-  require_rejected("family=hopper,b=nvfp4,tile=48x128x64", {"tile 48x128x64"});
+  require_rejected("family=hopper,b=nvfp4,tile=40x128x64", {"tile 40x128x64"});
   require_rejected("family=hopper,b=mxfp4,c=f32", {"c=f32"});
   require_rejected("family=hopper,b=mxfp4,a=mxfp4", {"a=mxfp4"});
   require_rejected("family=hopper,b=nvfp4,c=mxfp4", {"c=mxfp4"});

@@ -52,6 +52,12 @@ constexpr int kFp8WideTileMinRows = 48;  // mean rows per active expert
 constexpr TileChoice kW4Tiny = {{16, 128, 64}, 8, 1, 1};
 constexpr int kW4TinyTileMaxRows = 8;
 constexpr TileChoice kW4Small = {{64, 128, 64}, 8, 1, 1};
+// 48 tokens per tile up to 36 rows per expert (v16): at 32 rows (Mixtral 128 tokens, gpt-oss and
+// DeepSeek-V3 1024) the 64-token tile's MMAs take about as long as its weights' bytes (the wgmma's
+// N is the tile's tokens, half of them padding there); 48 cuts that work by a quarter, and a group
+// rarely exceeds 48 rows (which would read its weights twice) while the mean stays under 36.
+constexpr TileChoice kW4Mid = {{48, 128, 64}, 8, 1, 1};
+constexpr int kW4MidTileMaxRows = 36;
 constexpr TileChoice kW4Large = {{128, 128, 64}, 8, 1, 1};
 constexpr int kW4LargeTileMinRows = 48;
 // 256 tokens per tile (5 stages: 6 fit MXFP4 but not NVFP4) from 256 rows per expert: each widened
@@ -179,6 +185,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // it does not fuse) the portable family widens the 4-bit weights, with the bf16 tile rules below.
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows <= kW4TinyTileMaxRows       ? kW4Tiny
+                           : mean_rows <= kW4MidTileMaxRows     ? kW4Mid
                            : mean_rows < kW4LargeTileMinRows    ? kW4Small
                            : mean_rows < kW4PrefillTileMinRows ? kW4Large
                                                                 : kW4Prefill);
@@ -267,7 +274,7 @@ std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family) {
   std::vector<KernelSpec> out;
   if (family == KernelFamily::hopper) {
     if (!hopper_capable(arch)) return {};
-    for (const TileChoice& t : {kW4Tiny, kW4Small, kW4Large, kW4Prefill})
+    for (const TileChoice& t : {kW4Tiny, kW4Mid, kW4Small, kW4Large, kW4Prefill})
       for (DType b : {DType::mxfp4, DType::nvfp4})
         for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
           for (DType c : {DType::bf16, DType::f16})

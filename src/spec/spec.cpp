@@ -383,9 +383,10 @@ void KernelSpec::validate() const {
     // 128 tokens ptxas spills 96 bytes once the MXFP4 widening lost its second path, docs/perf.md v10),
     // 64 K per stage.
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
-    const bool tokens_ok = tile.m == 16 || tile.m == 32 || tile.m == 64 || tile.m == 128 || tile.m == 256;
+    const bool tokens_ok =
+        tile.m == 16 || tile.m == 32 || tile.m == 48 || tile.m == 64 || tile.m == 128 || tile.m == 256;
     if (!tokens_ok || !(tile.n == 128 || (tile.n == 256 && tile.m == 64)) || tile.k != 64)
-      fail("tile {}x{}x{} (4-bit weights allow: 16|32|64|128|256 tokens x 128 weight rows, or 64 tokens x 256 "
+      fail("tile {}x{}x{} (4-bit weights allow: 16|32|48|64|128|256 tokens x 128 weight rows, or 64 tokens x 256 "
            "weight rows, x 64 K)", tile.m, tile.n, tile.k);
     if (c == DType::f32) fail("c=f32 (the 4-bit kernel writes 16-bit C so far: bf16|f16)");
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (4-bit: 1x1)", cluster_m, cluster_n);

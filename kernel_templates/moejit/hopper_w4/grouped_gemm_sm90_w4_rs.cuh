@@ -168,11 +168,11 @@ __host__ __device__ constexpr int w4rs_smem_bytes() {
   return kStages * (kTokens * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) + 2048;
 }
 
-// CTAs per SM: the 16-, 32- and 64-token tiles (decode, small groups) run two, for twice the warps
+// CTAs per SM: the 16-, 32-, 48- and 64-token tiles (decode, small groups) run two, for twice the warps
 // to hide the widening's latency chain (Nsight Compute, gpt-oss up 16 tokens, one CTA: 2.25 warps
 // and 0.82 eligible per scheduler, issue 55%, DRAM 50%; two CTAs, H100: 0.69 -> 0.88 of copy
-// bandwidth). Their consumers hold few accumulators (8, 16, 32) and fit the smaller register
-// share below (0 spills); 8 stages take 53, 70 or 102 KB of shared memory per CTA.
+// bandwidth). Their consumers hold few accumulators (8, 16, 24, 32) and fit the smaller register
+// share below (0 spills); 8 stages take 53, 70, 86 or 102 KB of shared memory per CTA (MXFP4).
 // KernelSpec::min_ctas_per_sm() says the same on the host (checked in the instantiating .cu).
 template <int kTokens, int kRowsW = 128>
 __host__ __device__ constexpr int w4rs_ctas_per_sm() {
@@ -199,8 +199,8 @@ template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP
 __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
                                                    const FusionParams* f = nullptr) {
   static_assert(!Fuse::glu_split && !Fuse::atomic, "4-bit Hopper kernel: no split GLU, no atomic combine");
-  static_assert(kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 256,
-                "tokens per tile: 16, 32, 64, 128 or 256");
+  static_assert(kTokens == 16 || kTokens == 32 || kTokens == 48 || kTokens == 64 || kTokens == 128 || kTokens == 256,
+                "tokens per tile: 16, 32, 48, 64, 128 or 256");
   static_assert(kFormat == kMXFP4 || kFormat == kNVFP4, "4-bit weights: MXFP4 or NVFP4");
   static_assert(kRowsW == 128 || (kRowsW == 256 && kTokens == 64), "weight rows per tile: 128, or 256 with 64 tokens");
   static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW>() <= 232448, "stages do not fit in 227 KB");
@@ -261,9 +261,10 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   TileCoord tile;
   // Producer and consumer warps walk the groups 32 per step (seek_warp), which pays at decode; on
   // the static 64-token tile it made ptxas serialize the wgmmas (C7512 at 80 registers; in the
-  // consumers it ran 1.18x slower, docs/perf.md v12), and there one thread walks (seek). The
+  // consumers it ran 1.18x slower, docs/perf.md v12), and there one thread walks (seek), as on the
+  // static 48-token tile (warp walks serialized its gathered GLU variant's wgmmas, C7512). The
   // gathering producer's warps walk with seek_warp on every tile (ptxas reports the same there).
-  constexpr bool kWarpSeek = !(kTokens == 64 && !kDynamic);
+  constexpr bool kWarpSeek = !((kTokens == 48 || kTokens == 64) && !kDynamic);
   auto seek_tile = [&](int tile_index) {
     return kWarpSeek ? cursor.seek_warp(p, tile_index, tile) : cursor.seek(p, tile_index, tile);
   };
