@@ -264,6 +264,12 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     std::vector<int> prefill(128, 512);
     GemmProblem big{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 65536, prefill, b};
     CHECK(choose_spec(big, kHopper, 132).tile.m == 256);  // 512 rows per expert: the prefill tile
+    std::vector<int> decode32(8, 32);  // Mixtral at 128 tokens: 32 rows per expert, the 48-token tile
+    GemmProblem rows32{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 28672, 4096, 256, decode32, b};
+    CHECK(choose_spec(rows32, kHopper, 132).tile.m == 48);
+    std::vector<int> rows40(8, 40);  // over 36 rows per expert: 64 tokens (a group past 48 rows would read its weights twice)
+    GemmProblem forty{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 28672, 4096, 320, rows40, b};
+    CHECK(choose_spec(forty, kHopper, 132).tile.m == 64);
     std::vector<int> mid(128, 200);
     GemmProblem mid_rows{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 25600, mid, b};
     CHECK(choose_spec(mid_rows, kHopper, 132).tile.m == 128);
