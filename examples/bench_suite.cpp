@@ -15,6 +15,9 @@
 // gbps then counts the format's bytes: weights of active experts with their scales, A (+ its
 // scales), C. Routing draws the same random numbers in every format, so one routing file serves all.
 // BENCH_WARMUP_MS (default 25): each case's warm-up launches before it is timed (0 under ncu).
+// BENCH_INTERLEAVE=1 with BENCH_SPECS: the chosen config and the overrides take turns launch by
+// launch (each after its own L2 clear) instead of being timed one after another: at 16384 tokens a
+// config's place in the sequence moved its time by more than the configs differ (docs/perf.md v17).
 // Timing protocol: the peers' (triton's do_bench): ~100 ms of launches queued without host syncs,
 // each after a 256 MB memset that clears L2, median of the per-launch events (since v14);
 // BENCH_PROTOCOL=sync times as v1-v13 did (~200 ms, a host sync after each launch, no clear).
@@ -186,6 +189,61 @@ double time_kernel(const moejit::Kernel& kernel, const moejit::GroupedGemmArgs& 
   return ms[ms.size() / 2];
 }
 
+// BENCH_INTERLEAVE=1 (with BENCH_SPECS, the peers' protocol): the case's configs take turns launch
+// by launch, each launch after its own L2 clear, so that every config is timed under the same
+// clocks and heat. Timed one after another, a config's time at 16384 tokens moved ±5-25% with its
+// place in the sequence (H100 at its 700 W cap, docs/perf.md v17). Returns each config's median.
+std::vector<double> time_interleaved(const std::vector<moejit::Kernel>& kernels, const moejit::GroupedGemmArgs& args,
+                                     float warmup_ms, void* l2_flush) {
+  float round_ms = 0;
+  for (const auto& kernel : kernels) {
+    for (int i = 0; i < 3; ++i) kernel.launch(args, nullptr);
+    check(cudaDeviceSynchronize(), "warm-up");
+    cudaEvent_t a, b;
+    check(cudaEventCreate(&a), "event");
+    check(cudaEventCreate(&b), "event");
+    cudaEventRecord(a);
+    kernel.launch(args, nullptr);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float once = 0;
+    cudaEventElapsedTime(&once, a, b);
+    round_ms += std::max(once, 1e-3f);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  // Warm-up: warmup_ms per config, in turns as well.
+  const int warm_rounds = std::min((int)(warmup_ms * kernels.size() / round_ms), 10000);
+  for (int r = 0; r < warm_rounds; ++r)
+    for (const auto& kernel : kernels) kernel.launch(args, nullptr);
+  check(cudaDeviceSynchronize(), "warm-up");
+  // ~100 ms per config, as time_kernel's peers' protocol gives each.
+  const int rounds = std::clamp((int)(100.f * kernels.size() / round_ms), 5, 100);
+  std::vector<cudaEvent_t> begin(rounds * kernels.size()), end(begin.size());
+  for (std::size_t i = 0; i < begin.size(); ++i) {
+    check(cudaEventCreate(&begin[i]), "event");
+    check(cudaEventCreate(&end[i]), "event");
+  }
+  for (int r = 0; r < rounds; ++r)
+    for (std::size_t j = 0; j < kernels.size(); ++j) {
+      check(cudaMemsetAsync(l2_flush, 0, kL2FlushBytes), "L2 flush");
+      cudaEventRecord(begin[r * kernels.size() + j]);
+      kernels[j].launch(args, nullptr);
+      cudaEventRecord(end[r * kernels.size() + j]);
+    }
+  check(cudaDeviceSynchronize(), "timed launches");
+  check(cudaGetLastError(), "launch");
+  std::vector<double> medians;
+  for (std::size_t j = 0; j < kernels.size(); ++j) {
+    std::vector<float> ms(rounds);
+    for (int r = 0; r < rounds; ++r) cudaEventElapsedTime(&ms[r], begin[r * kernels.size() + j], end[r * kernels.size() + j]);
+    std::sort(ms.begin(), ms.end());
+    medians.push_back(ms[ms.size() / 2]);
+  }
+  for (std::size_t i = 0; i < begin.size(); ++i) cudaEventDestroy(begin[i]), cudaEventDestroy(end[i]);
+  return medians;
+}
+
 struct TuneRow {
   std::string name;
   double heuristic_ms, best_ms;
@@ -217,6 +275,8 @@ int main(int argc, char** argv) {
   const bool peer_protocol = !std::getenv("BENCH_PROTOCOL") || std::string(std::getenv("BENCH_PROTOCOL")) != "sync";
   void* l2_flush = nullptr;
   if (peer_protocol) check(cudaMalloc(&l2_flush, kL2FlushBytes), "L2 flush buffer");
+  // BENCH_INTERLEAVE=1: a case's BENCH_SPECS configs timed in turns (time_interleaved).
+  const bool interleave = peer_protocol && std::getenv("BENCH_INTERLEAVE") && std::string(std::getenv("BENCH_INTERLEAVE")) != "0";
   if (format != "bf16" && format != "e4m3" && format != "mxfp4" && format != "nvfp4") {
     fmt::print(stderr, "FORMAT={} (expected bf16, e4m3, mxfp4 or nvfp4)\n", format);
     return 2;
@@ -358,11 +418,19 @@ int main(int argc, char** argv) {
             specs.push_back(s);
           }
         }
-        for (const moejit::KernelSpec& spec : specs) {
-        moejit::Kernel kernel = rt.kernel(spec);
+        std::vector<double> interleaved;
+        if (interleave && specs.size() > 1) {
+          std::vector<moejit::Kernel> kernels;
+          for (const moejit::KernelSpec& spec : specs) kernels.push_back(rt.kernel(spec));
+          interleaved = time_interleaved(kernels, args, warmup_ms, l2_flush);
+        }
+        for (std::size_t which = 0; which < specs.size(); ++which) {
+        const moejit::KernelSpec& spec = specs[which];
         // 3 warm-up launches and 25 ms of them (BENCH_WARMUP_MS; 0 for Nsight Compute, whose
         // --launch-skip then counts 3 + 1 + repetitions per case), then repetitions sized to ~200 ms (5..100).
-        double med = time_kernel(kernel, args, start, stop, peer_protocol ? 100.f : 200.f, 3, 5, 100, warmup_ms, l2_flush);
+        double med = !interleaved.empty() ? interleaved[which]
+                                          : time_kernel(rt.kernel(spec), args, start, stop, peer_protocol ? 100.f : 200.f, 3,
+                                                        5, 100, warmup_ms, l2_flush);
         double flops = 2.0 * rows * n * k;
         double bytes = 2.0 * ((double)active * n * k + (double)rows * k + (double)rows * n);
         // The format's bytes: active experts' weights with their scales, A (+ scales), C. 4-bit:
