@@ -263,7 +263,15 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     for (auto& s : w4_specs) CHECK((s.b == b && s.is_weight_only_4bit() && s.layout == GroupLayout::masked));
     std::vector<int> prefill(128, 512);
     GemmProblem big{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 65536, prefill, b};
-    CHECK(choose_spec(big, kHopper, 132).tile.m == 256);  // 512 rows per expert: the prefill tile
+    // 512 rows per expert: NVFP4 takes the 256-token prefill tile, MXFP4 the 128-token one (v17)
+    CHECK(choose_spec(big, kHopper, 132).tile.m == (b == DType::nvfp4 ? 256 : 128));
+    std::vector<int> rows256(8, 256), rows2048(8, 2048), rows4096(8, 4096);
+    GemmProblem r256{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 2048, rows256, b};
+    CHECK(choose_spec(r256, kHopper, 132).tile.m == 128);  // both formats: 128 tokens at 256 rows
+    GemmProblem r2048{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 16384, rows2048, b};
+    CHECK(choose_spec(r2048, kHopper, 132).tile.m == (b == DType::nvfp4 ? 256 : 128));
+    GemmProblem r4096{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 32768, rows4096, b};
+    CHECK(choose_spec(r4096, kHopper, 132).tile.m == 256);  // Mixtral at 16384 tokens: 256 for both
     std::vector<int> decode32(8, 32);  // Mixtral at 128 tokens: 32 rows per expert, the 48-token tile
     GemmProblem rows32{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 28672, 4096, 256, decode32, b};
     CHECK(choose_spec(rows32, kHopper, 132).tile.m == 48);
@@ -274,7 +282,7 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     GemmProblem mid_rows{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 25600, mid, b};
     CHECK(choose_spec(mid_rows, kHopper, 132).tile.m == 128);
     GemmProblem gathered = big;
-    gathered.fusion.gather_a = true;  // gathered rows take the prefill tile as well (v10)
+    gathered.fusion.gather_a = true;  // gathered rows take the prefill tile from 256 rows, both formats (v10)
     CHECK((choose_spec(gathered, kHopper, 132).tile.m == 256 && choose_spec(gathered, kHopper, 132).tile.n == 128));
     GemmProblem f32 = big;
     f32.c_type = DType::f32;  // the Hopper 4-bit kernel writes 16-bit C: portable on sm_90a too

@@ -68,7 +68,16 @@ constexpr int kW4LargeTileMinRows = 48;
 // With fuse=gather too since v10's leaner gather (4 instructions per copy instead of ~10): the
 // gpt-oss MXFP4 GEMM1 at 16384 tokens 4.30 ms on it against 4.59 on 128 tokens (plain 4.16).
 constexpr TileChoice kW4Prefill = {{256, 128, 64}, 5, 1, 1};
-constexpr int kW4PrefillTileMinRows = 256;
+constexpr int kW4PrefillTileMinRows = 256;  // gathered A (fuse=gather), the v10 rule above
+// Unfused and scatter-only kernels, re-measured with the configs timed in turns (bench_suite
+// BENCH_INTERLEAVE=1, H100, v17; docs/results/2026-11-25-v17-w4-prefill-tile.txt): 128 tokens beat
+// 256 up to 2048 rows per expert for MXFP4 (0.76-0.89x the time at 128-256 rows, 0.91-0.94x at 512
+// on DeepSeek-V3 and gpt-oss, 0.95-0.98x at 2048; Qwen3 at 1024 rows within ±2%), 256 wins at 4096
+// (Mixtral 16384 tokens: 128 takes 1.29x on down). NVFP4 widens more per weight (a scale per 16):
+// 128 wins at 256 rows (0.94-0.97x), 256 from 512 (0.99-1.05x there, 1.03-1.23x above). The
+// switches sit on the tuner's shape-bucket bounds (rows per expert rounded up to a power of two).
+constexpr int kW4LargeTileMaxRowsMxfp4 = 2048;
+constexpr int kW4LargeTileMaxRowsNvfp4 = 256;
 // Portable: 8 warps over 128x128 (two CTAs per SM); 64-row tiles when groups are small.
 constexpr TileChoice kPortableLarge = {{128, 128, 32}, 4, 2, 4};
 constexpr TileChoice kPortableSmall = {{64, 128, 32}, 4, 2, 4};
@@ -184,11 +193,14 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Elsewhere (and for f32 C, which the Hopper 4-bit kernel does not write, or a split GLU, which
     // it does not fuse) the portable family widens the 4-bit weights, with the bf16 tile rules below.
     spec.family = KernelFamily::hopper;
-    spec = with_tile(spec, mean_rows <= kW4TinyTileMaxRows       ? kW4Tiny
-                           : mean_rows <= kW4MidTileMaxRows     ? kW4Mid
-                           : mean_rows < kW4LargeTileMinRows    ? kW4Small
-                           : mean_rows < kW4PrefillTileMinRows ? kW4Large
-                                                                : kW4Prefill);
+    const bool large_tile = spec.fusion.gather_a ? mean_rows < kW4PrefillTileMinRows
+                                                 : mean_rows <= (spec.b == DType::nvfp4 ? kW4LargeTileMaxRowsNvfp4
+                                                                                        : kW4LargeTileMaxRowsMxfp4);
+    spec = with_tile(spec, mean_rows <= kW4TinyTileMaxRows    ? kW4Tiny
+                           : mean_rows <= kW4MidTileMaxRows  ? kW4Mid
+                           : mean_rows < kW4LargeTileMinRows ? kW4Small
+                           : large_tile                      ? kW4Large
+                                                             : kW4Prefill);
     // Static: the dynamic scheduler (a tuner candidate) ran slower on 4-bit weights, same process
     // on the H100 (docs/perf.md v10): geomean 0.93 (MXFP4) and 0.90 (NVFP4) of static's speed over
     // the 40 suite cases, slower on 39 (MXFP4) and 33 (NVFP4) of 40, decode to prefill.
