@@ -115,6 +115,7 @@ std::vector<KernelSpec> tma_gather_specs() {
 
 FusedProblem make(const KernelSpec& spec, int tokens, int top_k, int groups, int n, int k,
                   const std::vector<std::vector<int>>& routing, std::mt19937& rng) {
+  runtime();  // its context holds the allocations below (a test case run alone has none before this)
   FusedProblem p;
   p.spec = spec;
   p.tokens = tokens;

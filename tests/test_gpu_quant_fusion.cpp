@@ -122,6 +122,7 @@ int n_for(const KernelSpec& s, int ragged) {
 
 FusedProblem make(const KernelSpec& spec, int tokens, int top_k, int groups, int n, int k,
                   const std::vector<std::vector<int>>& routing, std::mt19937& rng, int row_alignment = 1) {
+  runtime();  // its context holds the allocations below (a test case run alone has none before this)
   FusedProblem p;
   p.spec = spec;
   p.tokens = tokens, p.top_k = top_k, p.groups = groups, p.n = n, p.k = k;
