@@ -116,23 +116,49 @@ __device__ __forceinline__ void w4_fused_store(const GroupedGemmParams& p, const
 
 // Stores one 64-row slice of the roles-swapped accumulator (register 4j + 2h + e: weight row
 // n_base + 8h, token token_base + 8j + e of the group) to C [rows][N]; rows past N or the group are
-// not written.
+// not written. Lanes lane and lane^4 hold adjacent columns at the same tokens: one shuffle per
+// register pair gives the even column's lane token t's two columns and its partner token t+1's, so
+// each store writes a column pair (4 bytes) instead of one element (half the store instructions;
+// the consumers store while the tensor cores wait, most of a tile's time where K is short).
 template <int kTypeC, int kAccRegs>
 __device__ __forceinline__ void w4_store(const GroupedGemmParams& p, const float (&acc)[kAccRegs], const TileCoord& tile,
-                                         int n_base, int token_base) {
-  using T = typename StorageOf<kTypeC>::type;
-  T* const c = static_cast<T*>(p.c);
+                                         int n_base, int token_base, int lane) {
+  static_assert(kTypeC == kBF16 || kTypeC == kF16, "the Hopper 4-bit kernel writes 16-bit C");
+  unsigned short* const c = static_cast<unsigned short*>(p.c);
+  const bool odd = (lane >> 2) & 1;  // this lane holds the odd column of the pair
+  const int col = n_base - (odd ? 1 : 0);
+  // Pair stores need an even N and C aligned to 4 bytes (warp-uniform; one loop or the other).
+  // An even N puts both columns of a pair inside N or both past it.
+  if ((p.n & 1) == 0 && (reinterpret_cast<unsigned long long>(c) & 3) == 0) {
 #pragma unroll
-  for (int j = 0; j < kAccRegs / 4; ++j) {
+    for (int j = 0; j < kAccRegs / 4; ++j) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const unsigned pair = pack_pair<kTypeC>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-      const int n = n_base + 8 * h;
+      for (int h = 0; h < 2; ++h) {
+        const float mine0 = acc[4 * j + 2 * h], mine1 = acc[4 * j + 2 * h + 1];
+        const float got = __shfl_xor_sync(0xffffffffu, odd ? mine0 : mine1, 4);
+        const int token = token_base + 8 * j + (odd ? 1 : 0);
+        const unsigned pair = pack_pair<kTypeC>(odd ? got : mine0, odd ? mine1 : got);
+        unsigned short* const at = c + static_cast<long long>(tile.row_begin + token) * p.n + col + 8 * h;
+        // Inline PTX: the mask stays a predicate instead of a branch per store (compile time).
+        asm volatile("{\n.reg .pred t, q;\nsetp.ne.b32 t, %4, 0;\nsetp.lt.and.s32 q, %2, %3, t;\n@q st.global.b32 [%0], %1;\n}\n" ::"l"(
+                         __cvta_generic_to_global(at)),
+                     "r"(pair), "r"(col + 8 * h), "r"(p.n), "r"((int)(token < tile.group_rows))
+                     : "memory");
+      }
+    }
+  } else {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int token = token_base + 8 * j + e;
-        if (n < p.n && token < tile.group_rows)
-          c[static_cast<long long>(tile.row_begin + token) * p.n + n] = static_cast<T>(pair >> (16 * e));
+    for (int j = 0; j < kAccRegs / 4; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const unsigned pair = pack_pair<kTypeC>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        const int n = n_base + 8 * h;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int token = token_base + 8 * j + e;
+          if (n < p.n && token < tile.group_rows)
+            c[static_cast<long long>(tile.row_begin + token) * p.n + n] = static_cast<unsigned short>(pair >> (16 * e));
+        }
       }
     }
   }
@@ -521,7 +547,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         if constexpr (Fuse::epilogue)
           w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
         else
-          w4_store<kTypeC, kAccRegs>(p, acc[i], tile, n_base, token_base);
+          w4_store<kTypeC, kAccRegs>(p, acc[i], tile, n_base, token_base, lane);
       }
     }
   }
