@@ -10,6 +10,9 @@
 #   folders given to $BUILD's bench_suite as MOEJIT_TEMPLATE_DIR (NEW_TEMPLATES unset: its own)
 #   FORMATS      bench_suite FORMATs to compare (default "mxfp4 nvfp4"; "bf16" for the unquantized suite)
 #   TOKENS, MODELS as in bench_suite (default TOKENS=16,128)
+#   ROUNDS       rounds of base/new/new/base (default 1: best of each side's two processes). With more,
+#                the summary compares medians and gives each side's min-max: at 16384 tokens one
+#                process moves ±5-10% under the 700 W cap, so 2-3% needs several rounds (docs/perf.md v17).
 set -uo pipefail
 OUT=${OUT:-/tmp/moejit-out}
 BUILD=${BUILD:-build}
@@ -19,7 +22,7 @@ mkdir -p "$OUT"
 status=0
 for fmt in ${FORMATS:-mxfp4 nvfp4}; do
   i=0
-  for side in base new new base; do
+  for side in $(for r in $(seq 1 "${ROUNDS:-1}"); do echo base new new base; done); do
     i=$((i + 1))
     bin="$BUILD/examples/bench_suite"
     [ "$side" = base ] && [ -n "${BASE_BUILD:-}" ] && bin="$BASE_BUILD/examples/bench_suite"
@@ -33,9 +36,9 @@ for fmt in ${FORMATS:-mxfp4 nvfp4}; do
       > "$OUT/ab_${fmt}_${i}_${side}.csv" 2> "$OUT/ab_${fmt}_${i}_${side}.log" || status=1
   done
 done
-python3 - "$OUT" ${FORMATS:-mxfp4 nvfp4} <<'PY' | tee "$OUT/ab_summary.txt"
-import csv, math, sys, glob, os
-out, fmts = sys.argv[1], sys.argv[2:]
+python3 - "$OUT" "${ROUNDS:-1}" ${FORMATS:-mxfp4 nvfp4} <<'PY' | tee "$OUT/ab_summary.txt"
+import csv, math, sys, glob, os, statistics
+out, rounds, fmts = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 for fmt in fmts:
     times = {}
     for path in sorted(glob.glob(os.path.join(out, f"ab_{fmt}_*_*.csv"))):
@@ -44,15 +47,20 @@ for fmt in fmts:
             for row in csv.DictReader(f):
                 key = (row["model"], row["gemm"], int(row["tokens"]))
                 times.setdefault(key, {}).setdefault(side, []).append(float(row["ms"]))
-    print(f"## {fmt}: new/base (best of two processes each), ms base | new")
+    if rounds == 1:
+        print(f"## {fmt}: new/base (best of two processes each), ms base | new")
+    else:
+        print(f"## {fmt}: new/base (medians of {2 * rounds} processes each, [min-max]), ms base | new")
     by_tokens = {}
     for key in sorted(times):
         t = times[key]
         if "base" not in t or "new" not in t:
             continue
-        b, n = min(t["base"]), min(t["new"])
+        pick = min if rounds == 1 else statistics.median
+        b, n = pick(t["base"]), pick(t["new"])
         by_tokens.setdefault(key[2], []).append(n / b)
-        print(f"{key[0]:14} {key[1]:5} {key[2]:6}  {b:.4f} | {n:.4f}  {n / b:.3f}")
+        spread = "" if rounds == 1 else f"  [{min(t['base']):.4f}-{max(t['base']):.4f} | {min(t['new']):.4f}-{max(t['new']):.4f}]"
+        print(f"{key[0]:14} {key[1]:5} {key[2]:6}  {b:.4f} | {n:.4f}  {n / b:.3f}{spread}")
     for tokens, r in sorted(by_tokens.items()):
         print(f"geomean new/base at {tokens} tokens: {math.exp(sum(map(math.log, r)) / len(r)):.3f} over {len(r)} cases")
 PY
