@@ -194,23 +194,18 @@ double time_kernel(const moejit::Kernel& kernel, const moejit::GroupedGemmArgs& 
 // clocks and heat. Timed one after another, a config's time at 16384 tokens moved ±5-25% with its
 // place in the sequence (H100 at its 700 W cap, docs/perf.md v17). Returns each config's median.
 std::vector<double> time_interleaved(const std::vector<moejit::Kernel>& kernels, const moejit::GroupedGemmArgs& args,
-                                     float warmup_ms, void* l2_flush) {
+                                     cudaEvent_t start, cudaEvent_t stop, float warmup_ms, void* l2_flush) {
   float round_ms = 0;
   for (const auto& kernel : kernels) {
     for (int i = 0; i < 3; ++i) kernel.launch(args, nullptr);
     check(cudaDeviceSynchronize(), "warm-up");
-    cudaEvent_t a, b;
-    check(cudaEventCreate(&a), "event");
-    check(cudaEventCreate(&b), "event");
-    cudaEventRecord(a);
+    cudaEventRecord(start);
     kernel.launch(args, nullptr);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
     float once = 0;
-    cudaEventElapsedTime(&once, a, b);
+    cudaEventElapsedTime(&once, start, stop);
     round_ms += std::max(once, 1e-3f);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
   }
   // Warm-up: warmup_ms per config, in turns as well.
   const int warm_rounds = std::min((int)(warmup_ms * kernels.size() / round_ms), 10000);
@@ -422,7 +417,7 @@ int main(int argc, char** argv) {
         if (interleave && specs.size() > 1) {
           std::vector<moejit::Kernel> kernels;
           for (const moejit::KernelSpec& spec : specs) kernels.push_back(rt.kernel(spec));
-          interleaved = time_interleaved(kernels, args, warmup_ms, l2_flush);
+          interleaved = time_interleaved(kernels, args, start, stop, warmup_ms, l2_flush);
         }
         for (std::size_t which = 0; which < specs.size(); ++which) {
         const moejit::KernelSpec& spec = specs[which];
