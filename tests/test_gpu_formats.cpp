@@ -488,6 +488,21 @@ TEST_CASE("w4: 256-token and 256-row tiles, mixed groups, ragged N, partial K, s
     }
 }
 
+// The 128- and 256-token tiles stage C in shared memory and bulk-copy each token row's slice:
+// N = 328 leaves the last slice 8 columns (16 bytes), N = 8 has one slice of 8 and one past N.
+TEST_CASE("w4: prefill tiles' C row copies at N's end, partial groups", "[gpu][w4]") {
+  if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
+  std::mt19937 rng(4107);
+  for (const char* tile : {"tile=128x128x64,stages=8", "tile=256x128x64,stages=5"})
+    for (DType b : {DType::mxfp4, DType::nvfp4})
+      for (int n : {328, 8}) {
+        KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},{}", to_text(b), tile));
+        spec.arch = runtime().arch();
+        auto p = w4_problem(spec.layout, b, spec.c, {0, 129, 1, 383, 256, 0, 511}, n, 320, rng);
+        run_spec(spec, p, fmt::format("C stores, N = {}", n));
+      }
+}
+
 TEST_CASE("w4: high-level call picks a 4-bit config and is correct (decode and prefill sizes)", "[gpu][w4]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   std::mt19937 rng(4103);

@@ -267,8 +267,10 @@ int KernelSpec::dynamic_smem_bytes() const {
   if (family == KernelFamily::hopper && is_weight_only_4bit()) {
     // hopper_w4/ w4rs_smem_bytes<>(): per stage 64 K of BF16 per token + one pre-arranged weight
     // block (common/w4_layout.cuh: 4096 bytes of codes + 256 (MXFP4) or 512 (NVFP4) of scales).
-    // 256 weight rows per tile: two blocks per stage.
-    return stages * (tile.m * 128 + (tile.n / 128) * w4_sm90_block_bytes(b == DType::nvfp4)) + 2048;
+    // 256 weight rows per tile: two blocks per stage. Tiles of 128 and 256 tokens add the C
+    // staging of their epilogue (w4_sm90_c_staging_bytes).
+    return stages * (tile.m * 128 + (tile.n / 128) * w4_sm90_block_bytes(b == DType::nvfp4)) + 2048 +
+           w4_sm90_c_staging_bytes(tile.m);
   }
   if (family == KernelFamily::hopper) {
     int base = stages * (tile.m + tile.n) * 64 * 2 + 2048;

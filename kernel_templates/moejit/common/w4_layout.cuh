@@ -36,6 +36,15 @@ __host__ __device__ constexpr long long w4_sm90_run_bytes(int k_blocks64, bool n
   return w4_sm90_header_bytes(nvfp4) + static_cast<long long>(k_blocks64) * w4_sm90_block_bytes(nvfp4);
 }
 
+// Shared memory of the Hopper 4-bit kernel's staged epilogue (tiles of 128 and 256 tokens): per
+// consumer warpgroup 128 token rows of its 64 C columns (128 bytes), rows 144 bytes apart (the 16
+// spare bytes put stmatrix's 8 rows of a matrix on 8 different bank quads). Smaller tiles store
+// from registers and need none (they run two CTAs per SM, which the 36 KB would not leave room for).
+__host__ __device__ constexpr int w4_sm90_c_staging_row_bytes() { return 144; }
+__host__ __device__ constexpr int w4_sm90_c_staging_bytes(int tokens) {
+  return tokens >= 128 ? 2 * 128 * w4_sm90_c_staging_row_bytes() : 0;
+}
+
 // Code words. The fragment layout (formats.hpp) names "code byte" 4 kk + p: the pair p = 0..3 of
 // the thread's 32-bit word kk. In memory each word holds its four pairs' 32 bits scattered so that
 // the kernel finds each pair's bits where a BF16 pair keeps them (hopper_w4/e2m1.cuh): code A

@@ -164,6 +164,59 @@ __device__ __forceinline__ void w4_store(const GroupedGemmParams& p, const float
   }
 }
 
+// Stores one consumer's 64-column slice of a 128- or 256-token tile through shared memory. The
+// accumulator is C transposed (register 4j + 2h + e: C column n_base + 8h, token 8j + 2(lane%4) + e),
+// which is exactly stmatrix's m8n8 fragment with weight rows as the matrix rows; .trans writes
+// each matrix with tokens as its rows, so the staging holds C rows (tokens) of 64 columns. The
+// warpgroup then copies it out in 16-byte pieces, a warp's store covering 4 whole 128-byte rows
+// (the Runtime requires N % 8 == 0 and C aligned to 16, so a piece is inside N or past it).
+// Rows past the group and pieces past N are not written.
+// Why: stored from registers, the transposed layout wrote 8 half sectors per store instruction,
+// and the epilogue took 8-28% of the prefill kernels' time (docs/perf.md v18).
+// Barrier `barrier_id` (128 threads) orders the previous pass's reads before this pass's writes
+// and these writes before the reads.
+template <int kTypeC, int kAccRegs>
+__device__ __forceinline__ void w4_store_staged(const GroupedGemmParams& p, const float (&acc)[kAccRegs], const TileCoord& tile,
+                                                int col0, int token0, unsigned staging, int t, int barrier_id) {
+  constexpr int kRowBytes = w4_sm90_c_staging_row_bytes();
+  constexpr int kHalves = kAccRegs / 64;  // 128 tokens per pass through the staging
+  static_assert(kAccRegs % 64 == 0, "staged epilogue: 128 or 256 tokens");
+  const int warp = t / 32, lane = t % 32;
+  const int matrix = lane / 8;  // stmatrix x4: lanes 8i..8i+7 give matrix i's row addresses
+  // Matrix i of an x4: token group j + (i >> 1), columns 16 warp + 8 (i & 1) of the slice.
+  const unsigned my_row = staging + (matrix >> 1) * 8 * kRowBytes + (lane % 8) * kRowBytes + warp * 32 + (matrix & 1) * 16;
+  // Copy-out: piece t % 8 (columns 8 (t % 8)..) of token rows t / 8 + 16 i. A slice wholly past
+  // N stores nothing (no early return: ptxas could not prove it uniform, and a possibly divergent
+  // branch in the tile loop made it re-converge the warps before every wgmma, WARPSYNC + R2UR).
+  const int piece = t % 8;
+  const bool piece_in_n = col0 + 8 * piece < p.n;
+  uint4* const c_piece = reinterpret_cast<uint4*>(static_cast<unsigned short*>(p.c) + col0 + 8 * piece);
+  const long long row_pieces = p.n / 8;  // C's row stride in 16-byte pieces
+#pragma unroll
+  for (int half = 0; half < kHalves; ++half) {
+    named_barrier_sync<128>(barrier_id);  // the previous pass has read the staging
+#pragma unroll
+    for (int j = 16 * half; j < 16 * half + 16; j += 2) {
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                       my_row + (j - 16 * half) * 8 * kRowBytes),
+                   "r"(pack_pair<kTypeC>(acc[4 * j], acc[4 * j + 1])), "r"(pack_pair<kTypeC>(acc[4 * j + 2], acc[4 * j + 3])),
+                   "r"(pack_pair<kTypeC>(acc[4 * j + 4], acc[4 * j + 5])), "r"(pack_pair<kTypeC>(acc[4 * j + 6], acc[4 * j + 7]))
+                   : "memory");
+    }
+    named_barrier_sync<128>(barrier_id);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int row = t / 8 + 16 * i;
+      const int token = token0 + 128 * half + row;
+      uint4 v;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(staging + row * kRowBytes + piece * 16));
+      if (piece_in_n && token < tile.group_rows) c_piece[(tile.row_begin + token) * row_pieces] = v;
+    }
+  }
+}
+
 // The pre-arranged weight blocks ([g][ceil(N/128)][ceil(K/64)], kBlockBytes each, each 128-row run
 // after its header) of one tile's kBlocks x 128 weight rows, for the producer: block s of the stage
 // is the tile's 128-row block s, or, past the last block (a ragged 256-row tile), the last block
@@ -191,7 +244,8 @@ struct WeightBlocks {
 // kRowsW: weight rows per tile, 128 (one pre-arranged block per stage) or 256 (two).
 template <int kTokens, int kStages, int kFormat = kMXFP4, int kRowsW = 128>
 __host__ __device__ constexpr int w4rs_smem_bytes() {
-  return kStages * (kTokens * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) + 2048;
+  return kStages * (kTokens * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) + 2048 +
+         w4_sm90_c_staging_bytes(kTokens);
 }
 
 // CTAs per SM: the 16-, 32-, 48- and 64-token tiles (decode, small groups) run two, for twice the warps
@@ -252,8 +306,9 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   constexpr bool kTwoCtas = w4rs_ctas_per_sm<kTokens, kRowsW>() == 2;
   // A gathering producer with one CTA per SM takes 56 (its consumers 224): distinct address
   // registers for its copies (at 40 every copy reused one pair, and waited for the previous
-  // copy to have read it).
-  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? (kTwoCtas ? 40 : 56) : (kTwoCtas ? 32 : 24);
+  // copy to have read it). The dynamic scheduler's producer takes 32 (its consumers 232): at 24
+  // ptxas spilled one of its registers once the consumers had the staged epilogue.
+  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? (kTwoCtas ? 40 : 56) : (kTwoCtas || kDynamic ? 32 : 24);
   constexpr int kConsumerRegs = ((kTwoCtas ? 80 : 168) * 384 - 128 * kProducerRegs) / 256 / 8 * 8;
 
   extern __shared__ unsigned char moejit_smem[];
@@ -263,7 +318,12 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   const unsigned full_bars = w_stages + kStages * kBlocks * kBlockBytes;
   const unsigned empty_bars = full_bars + 8 * kStages;
   TileRing<> ring(empty_bars + 8 * kStages);
-  static_assert(1023 + 16 * kStages + TileRing<>::kBytes <= 2048, "barriers and tile ring past the 2048 spare bytes");
+  static_assert(16 * kStages + TileRing<>::kBytes <= 1024, "barriers and tile ring past their 1024 bytes");
+  // 128- and 256-token tiles: each consumer's C staging (w4_store_staged), after the barriers'
+  // 1024 bytes (the 2048 spare bytes hold those and the stages' alignment; placed before the
+  // barriers it moved their offsets and the 24-register producer spilled, ptxas).
+  constexpr bool kStagedC = !Fuse::epilogue && w4_sm90_c_staging_bytes(kTokens) > 0;
+  const unsigned c_staging = full_bars + 1024;
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(tma_a);
@@ -544,10 +604,14 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 #pragma unroll
       for (int i = 0; i < kSlices; ++i) {
         const int n_base = slice_row(i);
-        if constexpr (Fuse::epilogue)
+        if constexpr (Fuse::epilogue) {
           w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
-        else
+        } else if constexpr (kStagedC) {
+          w4_store_staged<kTypeC, kAccRegs>(p, acc[i], tile, n_base - warp_in_group * 16 - lane / 4, tile.m_block * kTokens,
+                                            c_staging + consumer * (w4_sm90_c_staging_bytes(kTokens) / 2), t, 1 + consumer);
+        } else {
           w4_store<kTypeC, kAccRegs>(p, acc[i], tile, n_base, token_base, lane);
+        }
       }
     }
   }
