@@ -128,7 +128,9 @@ __device__ __forceinline__ void w4_store(const GroupedGemmParams& p, const float
   const bool odd = (lane >> 2) & 1;  // this lane holds the odd column of the pair
   const int col = n_base - (odd ? 1 : 0);
   // Pair stores need an even N and C aligned to 4 bytes (warp-uniform; one loop or the other).
-  // An even N puts both columns of a pair inside N or both past it.
+  // An even N puts both columns of a pair inside N or both past it. The Runtime validates N % 8
+  // and 16-byte C, so the single-element loop is never taken through it; dropping it changes the
+  // decode kernels' SASS, which no GPU run has measured yet.
   if ((p.n & 1) == 0 && (reinterpret_cast<unsigned long long>(c) & 3) == 0) {
 #pragma unroll
     for (int j = 0; j < kAccRegs / 4; ++j) {
@@ -607,6 +609,9 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         if constexpr (Fuse::epilogue) {
           w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
         } else if constexpr (kStagedC) {
+          // n_base less this thread's row offset: the slice's first column. (Written as
+          // slice_row's terms without the offset, ptxas allocated the k-loop's registers otherwise;
+          // kept as measured.)
           w4_store_staged<kTypeC, kAccRegs>(p, acc[i], tile, n_base - warp_in_group * 16 - lane / 4, tile.m_block * kTokens,
                                             c_staging + consumer * (w4_sm90_c_staging_bytes(kTokens) / 2), t, 1 + consumer);
         } else {
