@@ -56,7 +56,8 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
                : "memory");
 }
 
-// Fused epilogue of the roles-swapped accumulator (docs/design.md, "Fusions"). The accumulator is
+// Fused epilogue of the roles-swapped accumulator, stored from registers (16- to 64-token tiles;
+// w4_fused_store_staged below for 128 and 256; docs/design.md, "Fusions"). The accumulator is
 // C transposed: register 4j + 2h + e holds GEMM column (weight row) n_base + 8h and token (routed
 // row inside the group) token_base + 8j + e, so a thread's registers share 2 columns and spread
 // over tokens -- the opposite of the bf16 kernel's rows-in-lanes layout, hence this mapping
@@ -166,12 +167,40 @@ __device__ __forceinline__ void w4_store(const GroupedGemmParams& p, const float
   }
 }
 
+// Copies 128 staged C rows (a pass's tokens) out to global memory in 16-byte pieces: row r holds
+// kCols 16-bit columns from C column col0 at `staging` + r x 144. A warp's store covers 32 x 16
+// bytes of whole rows (4 rows of 64 columns, 8 of 32). out_row(r, r / 32, to) sets the C row of
+// the pass's row r and says whether it is written (not past the group, not a scatter padding
+// row); r / 32 is a constant once unrolled. The Runtime requires C aligned to 16 and
+// n_out % 8 == 0, so a piece is wholly inside n_out or past it.
+template <int kCols, class OutRow>
+__device__ __forceinline__ void w4_copy_out_staged(const GroupedGemmParams& p, int n_out, int col0, unsigned staging,
+                                                   int t, OutRow out_row) {
+  constexpr int kRowBytes = w4_sm90_c_staging_row_bytes();
+  constexpr int kPieces = kCols / 8;        // 16-byte pieces per staged row
+  constexpr int kRowsPerStep = 128 / kPieces;
+  const int piece = t % kPieces;
+  const bool piece_in_n = col0 + 8 * piece < n_out;
+  uint4* const c_piece = reinterpret_cast<uint4*>(static_cast<unsigned short*>(p.c) + col0 + 8 * piece);
+  const long long row_pieces = n_out / 8;  // C's row stride in 16-byte pieces
+#pragma unroll
+  for (int i = 0; i < kPieces; ++i) {
+    const int row = t / kPieces + kRowsPerStep * i;  // t / kPieces < kRowsPerStep: row / 32 is kRowsPerStep * i / 32
+    int to;
+    const bool row_ok = out_row(row, kRowsPerStep * i / 32, to);
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(staging + row * kRowBytes + piece * 16));
+    if (piece_in_n && row_ok) c_piece[to * row_pieces] = v;
+  }
+}
+
 // Stores one consumer's 64-column slice of a 128- or 256-token tile through shared memory. The
 // accumulator is C transposed (register 4j + 2h + e: C column n_base + 8h, token 8j + 2(lane%4) + e),
 // which is exactly stmatrix's m8n8 fragment with weight rows as the matrix rows; .trans writes
 // each matrix with tokens as its rows, so the staging holds C rows (tokens) of 64 columns. The
-// warpgroup then copies it out in 16-byte pieces, a warp's store covering 4 whole 128-byte rows
-// (the Runtime requires N % 8 == 0 and C aligned to 16, so a piece is inside N or past it).
+// warpgroup then copies it out in 16-byte pieces (w4_copy_out_staged).
 // Rows past the group and pieces past N are not written.
 // Why: stored from registers, the transposed layout wrote 8 half sectors per store instruction,
 // and the epilogue took 8-28% of the prefill kernels' time (docs/perf.md v18).
@@ -187,13 +216,9 @@ __device__ __forceinline__ void w4_store_staged(const GroupedGemmParams& p, cons
   const int matrix = lane / 8;  // stmatrix x4: lanes 8i..8i+7 give matrix i's row addresses
   // Matrix i of an x4: token group j + (i >> 1), columns 16 warp + 8 (i & 1) of the slice.
   const unsigned my_row = staging + (matrix >> 1) * 8 * kRowBytes + (lane % 8) * kRowBytes + warp * 32 + (matrix & 1) * 16;
-  // Copy-out: piece t % 8 (columns 8 (t % 8)..) of token rows t / 8 + 16 i. A slice wholly past
-  // N stores nothing (no early return: ptxas could not prove it uniform, and a possibly divergent
-  // branch in the tile loop made it re-converge the warps before every wgmma, WARPSYNC + R2UR).
-  const int piece = t % 8;
-  const bool piece_in_n = col0 + 8 * piece < p.n;
-  uint4* const c_piece = reinterpret_cast<uint4*>(static_cast<unsigned short*>(p.c) + col0 + 8 * piece);
-  const long long row_pieces = p.n / 8;  // C's row stride in 16-byte pieces
+  // A slice wholly past N stores nothing, by masking (no early return: ptxas could not prove it
+  // uniform, and a possibly divergent branch in the tile loop made it re-converge the warps
+  // before every wgmma, WARPSYNC + R2UR).
 #pragma unroll
   for (int half = 0; half < kHalves; ++half) {
     named_barrier_sync<128>(barrier_id);  // the previous pass has read the staging
@@ -206,15 +231,143 @@ __device__ __forceinline__ void w4_store_staged(const GroupedGemmParams& p, cons
                    : "memory");
     }
     named_barrier_sync<128>(barrier_id);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int row = t / 8 + 16 * i;
+    w4_copy_out_staged<64>(p, p.n, col0, staging, t, [&](int row, int, int& to) {
       const int token = token0 + 128 * half + row;
-      uint4 v;
-      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(staging + row * kRowBytes + piece * 16));
-      if (piece_in_n && token < tile.group_rows) c_piece[(tile.row_begin + token) * row_pieces] = v;
+      to = tile.row_begin + token;
+      return token < tile.group_rows;
+    });
+  }
+}
+
+// The C rows and routing weights of a staged pass's 128 tokens (w4_fused_store_staged), lane l
+// holding token token0 + 32 s + l's in [s]: its C row (routed, or scattered; -1: not written) and
+// routing weight (0 past the group). Shuffles hand them to the lanes that use them. Why: 32
+// weights per thread and pass held in registers beside 256 tokens' accumulators spilled, and the
+// first pass's loads, issued after the k-loop, cost Qwen3's GEMM2 (K = 768) 5-7% over the
+// register stores (docs/perf.md v19); the kernel loads the first pass before its k-loop.
+template <class Fuse>
+struct W4PassRows {
+  int rows[4];
+  float weights[4];
+  __device__ __forceinline__ void load(const FusionParams& f, const TileCoord& tile, int token0, int lane) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int token = token0 + 32 * s + lane;
+      const bool in_group = token < tile.group_rows;
+      const int routed = tile.row_begin + token;
+      if constexpr (Fuse::scatter) {
+        const int to = in_group ? __ldg(f.scatter_rows + routed) : -1;
+        rows[s] = (unsigned)to < (unsigned)f.num_out_rows ? to : -1;  // padding rows (-1) are not written
+      } else {
+        rows[s] = in_group ? routed : -1;
+      }
+      if constexpr (Fuse::weight) weights[s] = in_group ? __ldg(f.routing_weights + routed) : 0.f;
+    }
+  }
+  // Token group j's (0..15) token e of this lane (w4_fused_store's register 4j + 2h + e).
+  __device__ __forceinline__ float weight(int j, int e, int lane) const {
+    return __shfl_sync(0xffffffffu, weights[j / 4], 8 * (j % 4) + 2 * (lane % 4) + e);
+  }
+  // Staged row `row` (s = row / 32): w4_copy_out_staged's out_row.
+  __device__ __forceinline__ bool row(int row, int s, int& to) const {
+    to = __shfl_sync(0xffffffffu, rows[s], row % 32);
+    return to >= 0;
+  }
+};
+
+// The fused epilogue (w4_fused_store's math) of a 128- or 256-token tile, stored through the same
+// staging as w4_store_staged: bias, activation and routing weight are applied in registers, then
+// - no GLU: the 64 columns go through stmatrix.trans as in w4_store_staged;
+// - interleaved GLU: each lane holds one output column (gate/up pair, w4_fused_store) of its
+//   tokens; one shuffle puts output column r of the warp's 8 on lanes 4r..4r+3, which makes the
+//   pairs of tokens (e = 0, 1) stmatrix's m8n8 fragment again (.trans: tokens as rows), so the
+//   staging holds 32 output columns per token row.
+// The copy-out writes each row to its scattered row with fuse=scatter (padding rows, -1, and rows
+// past the group are not written). Why: the register stores of the transposed accumulator wrote
+// half sectors, as in the unfused kernel (docs/perf.md v18, v19).
+template <int kTypeC, class Fuse, int kAccRegs>
+__device__ __forceinline__ void w4_fused_store_staged(const GroupedGemmParams& p, const FusionParams& f,
+                                                      const float (&acc)[kAccRegs], const TileCoord& tile, int col0,
+                                                      int token0, const W4PassRows<Fuse>& first_pass, unsigned staging,
+                                                      int t, int barrier_id) {
+  constexpr int kRowBytes = w4_sm90_c_staging_row_bytes();
+  constexpr int kHalves = kAccRegs / 64;  // 128 tokens per pass through the staging
+  static_assert(kAccRegs % 64 == 0, "staged epilogue: 128 or 256 tokens");
+  const int warp = t / 32, lane = t % 32;
+  const int n = p.n;
+  const int n_base = col0 + warp * 16 + lane / 4;  // this lane's columns: n_base (h = 0) and n_base + 8
+  float bias[2] = {0.f, 0.f};
+  if constexpr (Fuse::bias) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) bias[h] = bias_at(f, tile.group, n, n_base + 8 * h);
+  }
+  // Pass 1's rows (256 tokens), loaded now: their latency hides behind pass 0.
+  W4PassRows<Fuse> second_pass;
+  if constexpr (kHalves == 2) second_pass.load(f, tile, token0 + 128, lane);
+  const int matrix = lane / 8;  // stmatrix x4: lanes 8i..8i+7 give matrix i's row addresses
+  if constexpr (!Fuse::glu) {
+    // Matrix i of an x4: token group j + (i >> 1), columns 16 warp + 8 (i & 1) of the slice.
+    const unsigned my_row = staging + (matrix >> 1) * 8 * kRowBytes + (lane % 8) * kRowBytes + warp * 32 + (matrix & 1) * 16;
+#pragma unroll
+    for (int half = 0; half < kHalves; ++half) {
+      const W4PassRows<Fuse>& pass = half == 0 ? first_pass : second_pass;
+      named_barrier_sync<128>(barrier_id);  // the previous pass has read the staging
+#pragma unroll
+      for (int j = 16 * half; j < 16 * half + 16; j += 2) {
+        unsigned pairs[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {  // q: token group j + q / 2, column half h = q % 2
+          const int jj = j + q / 2, h = q % 2;
+          float v[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            v[e] = activate<Fuse::act>(acc[4 * jj + 2 * h + e] + bias[h]);
+            if constexpr (Fuse::weight) v[e] *= pass.weight(jj - 16 * half, e, lane);
+          }
+          pairs[q] = pack_pair<kTypeC>(v[0], v[1]);
+        }
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                         my_row + (j - 16 * half) * 8 * kRowBytes),
+                     "r"(pairs[0]), "r"(pairs[1]), "r"(pairs[2]), "r"(pairs[3])
+                     : "memory");
+      }
+      named_barrier_sync<128>(barrier_id);
+      w4_copy_out_staged<64>(p, n, col0, staging, t, [&](int row, int s, int& to) { return pass.row(row, s, to); });
+    }
+  } else {
+    const bool odd = ((lane / 4) & 1) != 0;  // this lane's columns are the up halves of h = 0 pairs
+    // The lane whose output column (w4_fused_store: r / 2 for even r = lane / 4, 4 + (r - 1) / 2
+    // for odd r) is this lane's r.
+    const int r = lane / 4;
+    const int source = (r < 4 ? 2 * r : 2 * (r - 4) + 1) * 4 + lane % 4;
+    // Matrix i of an x4: token group j + i, the warp's 8 output columns.
+    const unsigned my_row = staging + matrix * 8 * kRowBytes + (lane % 8) * kRowBytes + warp * 16;
+#pragma unroll
+    for (int half = 0; half < kHalves; ++half) {
+      const W4PassRows<Fuse>& pass = half == 0 ? first_pass : second_pass;
+      named_barrier_sync<128>(barrier_id);
+#pragma unroll
+      for (int j = 16 * half; j < 16 * half + 16; j += 4) {
+        unsigned pairs[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          float out[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float v0 = acc[4 * (j + q) + e] + bias[0], v1 = acc[4 * (j + q) + 2 + e] + bias[1];
+            const float received = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);  // every lane, no divergence
+            out[e] = activate_glu<Fuse::act>(odd ? received : v0, odd ? v1 : received);
+            if constexpr (Fuse::weight) out[e] *= pass.weight(j + q - 16 * half, e, lane);
+          }
+          pairs[q] = __shfl_sync(0xffffffffu, pack_pair<kTypeC>(out[0], out[1]), source);
+        }
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                         my_row + (j - 16 * half) * 8 * kRowBytes),
+                     "r"(pairs[0]), "r"(pairs[1]), "r"(pairs[2]), "r"(pairs[3])
+                     : "memory");
+      }
+      named_barrier_sync<128>(barrier_id);
+      w4_copy_out_staged<32>(p, n / 2, col0 / 2, staging, t, [&](int row, int s, int& to) { return pass.row(row, s, to); });
     }
   }
 }
@@ -271,8 +424,9 @@ __host__ __device__ constexpr int w4rs_ctas_per_sm() {
 // the copy (its rows are past N).
 // Fuse / f (null without fusions; docs/design.md, "Fusions"): fuse=gather copies the tile's token
 // rows with cp.async by the producer warpgroup (as the bf16 Hopper kernel does for A); the epilogue
-// fusions are applied on the transposed accumulator (w4_fused_store below). Not implemented here:
-// glu=split (a tile would need two half blocks of packed weights) and atomic (C is 16-bit).
+// fusions are applied on the transposed accumulator (w4_fused_store, w4_fused_store_staged). Not
+// implemented here: glu=split (a tile would need two half blocks of packed weights) and atomic (C is
+// 16-bit).
 // kScheduler: static, or dynamic (thread 0 of the producer takes each tile from the launch's
 // counter and hands it through a TileRing to the consumers and, with fuse=gather, to producer
 // warps 1-3; warp 0's lanes get it by a shuffle).
@@ -321,10 +475,10 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   const unsigned empty_bars = full_bars + 8 * kStages;
   TileRing<> ring(empty_bars + 8 * kStages);
   static_assert(16 * kStages + TileRing<>::kBytes <= 1024, "barriers and tile ring past their 1024 bytes");
-  // 128- and 256-token tiles: each consumer's C staging (w4_store_staged), after the barriers'
-  // 1024 bytes (the 2048 spare bytes hold those and the stages' alignment; placed before the
-  // barriers it moved their offsets and the 24-register producer spilled, ptxas).
-  constexpr bool kStagedC = !Fuse::epilogue && w4_sm90_c_staging_bytes(kTokens) > 0;
+  // 128- and 256-token tiles: each consumer's C staging (w4_store_staged, w4_fused_store_staged),
+  // after the barriers' 1024 bytes (the 2048 spare bytes hold those and the stages' alignment;
+  // placed before the barriers it moved their offsets and the 24-register producer spilled, ptxas).
+  constexpr bool kStagedC = w4_sm90_c_staging_bytes(kTokens) > 0;
   const unsigned c_staging = full_bars + 1024;
 
   if (threadIdx.x == 0) {
@@ -560,6 +714,10 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
           for (int h = 0; h < 2; ++h) row_exponents |= (unsigned)__ldg(header + row % 128 + 8 * h) << (8 * (2 * i + h));
         }
       }
+      // Fused staged epilogue: the first pass's C rows and routing weights, loaded now so that
+      // their latency hides behind the k-loop (as the row exponents' above).
+      W4PassRows<Fuse> first_pass;
+      if constexpr (kStagedC && Fuse::epilogue) first_pass.load(*f, tile, tile.m_block * kTokens, lane);
       // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both
       // fragment sets stay in fixed registers.
       if (num_k_blocks > 0) {
@@ -606,14 +764,17 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 #pragma unroll
       for (int i = 0; i < kSlices; ++i) {
         const int n_base = slice_row(i);
-        if constexpr (Fuse::epilogue) {
-          w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
+        // n_base less this thread's row offset: the slice's first column. (Written as slice_row's
+        // terms without the offset, ptxas allocated the k-loop's registers otherwise; kept as measured.)
+        const int col0 = n_base - warp_in_group * 16 - lane / 4;
+        const unsigned my_staging = c_staging + consumer * (w4_sm90_c_staging_bytes(kTokens) / 2);
+        if constexpr (kStagedC && Fuse::epilogue) {
+          w4_fused_store_staged<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, col0, tile.m_block * kTokens, first_pass,
+                                                        my_staging, t, 1 + consumer);
         } else if constexpr (kStagedC) {
-          // n_base less this thread's row offset: the slice's first column. (Written as
-          // slice_row's terms without the offset, ptxas allocated the k-loop's registers otherwise;
-          // kept as measured.)
-          w4_store_staged<kTypeC, kAccRegs>(p, acc[i], tile, n_base - warp_in_group * 16 - lane / 4, tile.m_block * kTokens,
-                                            c_staging + consumer * (w4_sm90_c_staging_bytes(kTokens) / 2), t, 1 + consumer);
+          w4_store_staged<kTypeC, kAccRegs>(p, acc[i], tile, col0, tile.m_block * kTokens, my_staging, t, 1 + consumer);
+        } else if constexpr (Fuse::epilogue) {
+          w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
         } else {
           w4_store<kTypeC, kAccRegs>(p, acc[i], tile, n_base, token_base, lane);
         }
