@@ -270,6 +270,11 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     CHECK(choose_spec(r256, kHopper, 132).tile.m == 128);  // both formats: 128 tokens at 256 rows
     GemmProblem r2048{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 16384, rows2048, b};
     CHECK(choose_spec(r2048, kHopper, 132).tile.m == (b == DType::nvfp4 ? 256 : 128));
+    std::vector<int> rows1024(128, 1024), rows512(128, 512);  // Qwen3 down at 16384 / 8192 tokens: K = 768
+    GemmProblem short_k{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 2048, 768, 131072, rows1024, b};
+    CHECK(choose_spec(short_k, kHopper, 132).tile.m == 256);  // both formats: 256 tokens at 1024 rows with K <= 1024 (v19)
+    GemmProblem short_k512{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 2048, 768, 65536, rows512, b};
+    CHECK(choose_spec(short_k512, kHopper, 132).tile.m == (b == DType::nvfp4 ? 256 : 128));
     GemmProblem r4096{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 32768, rows4096, b};
     CHECK(choose_spec(r4096, kHopper, 132).tile.m == 256);  // Mixtral at 16384 tokens: 256 for both
     std::vector<int> decode32(8, 32);  // Mixtral at 128 tokens: 32 rows per expert, the 48-token tile

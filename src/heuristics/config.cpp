@@ -78,6 +78,15 @@ constexpr int kW4PrefillTileMinRows = 256;  // gathered A (fuse=gather), the v10
 // switches sit on the tuner's shape-bucket bounds (rows per expert rounded up to a power of two).
 constexpr int kW4LargeTileMaxRowsMxfp4 = 2048;
 constexpr int kW4LargeTileMaxRowsNvfp4 = 256;
+// After the staged epilogue (v18), in turns again (v19; docs/results/2026-11-25-v19-w4-prefill-tile.txt):
+// NVFP4 unchanged (256 tokens take 0.98-0.99x the time of 128 at 512 rows, 0.73-0.98x at 1024-4096;
+// 128 wins at 128-256 rows). MXFP4 the same but for short K: Qwen3 down (K = 768) at 1024 rows takes
+// 0.953x the time on 256 tokens (0.7526 vs 0.7897 ms), while Mixtral (K >= 4096) at 1024 rows keeps
+// 128 (0.934-0.960x): with 12 K blocks a tile's fixed cost (epilogue, pipeline fill) weighs more, and
+// 256 tokens halve the tiles. So for K <= 1024 MXFP4 takes 128 tokens only up to 512 rows (v17: 0.994x
+// there).
+constexpr int kW4ShortKMax = 1024;
+constexpr int kW4LargeTileMaxRowsMxfp4ShortK = 512;
 // Portable: 8 warps over 128x128 (two CTAs per SM); 64-row tiles when groups are small.
 constexpr TileChoice kPortableLarge = {{128, 128, 32}, 4, 2, 4};
 constexpr TileChoice kPortableSmall = {{64, 128, 32}, 4, 2, 4};
@@ -193,9 +202,10 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Elsewhere (and for f32 C, which the Hopper 4-bit kernel does not write, or a split GLU, which
     // it does not fuse) the portable family widens the 4-bit weights, with the bf16 tile rules below.
     spec.family = KernelFamily::hopper;
-    const bool large_tile = spec.fusion.gather_a ? mean_rows < kW4PrefillTileMinRows
-                                                 : mean_rows <= (spec.b == DType::nvfp4 ? kW4LargeTileMaxRowsNvfp4
-                                                                                        : kW4LargeTileMaxRowsMxfp4);
+    const int large_tile_max_rows = spec.b == DType::nvfp4      ? kW4LargeTileMaxRowsNvfp4
+                                    : problem.k <= kW4ShortKMax ? kW4LargeTileMaxRowsMxfp4ShortK
+                                                                : kW4LargeTileMaxRowsMxfp4;
+    const bool large_tile = spec.fusion.gather_a ? mean_rows < kW4PrefillTileMinRows : mean_rows <= large_tile_max_rows;
     spec = with_tile(spec, mean_rows <= kW4TinyTileMaxRows    ? kW4Tiny
                            : mean_rows <= kW4MidTileMaxRows  ? kW4Mid
                            : mean_rows < kW4LargeTileMinRows ? kW4Small
