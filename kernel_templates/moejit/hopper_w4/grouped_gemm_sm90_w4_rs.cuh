@@ -130,8 +130,9 @@ __device__ __forceinline__ void w4_store(const GroupedGemmParams& p, const float
   const int col = n_base - (odd ? 1 : 0);
   // Pair stores need an even N and C aligned to 4 bytes (warp-uniform; one loop or the other).
   // An even N puts both columns of a pair inside N or both past it. The Runtime validates N % 8
-  // and 16-byte C, so the single-element loop is never taken through it; dropping it changes the
-  // decode kernels' SASS, which no GPU run has measured yet.
+  // and 16-byte C, so the single-element loop is never taken through it. Dropping it measured
+  // neutral at decode (docs/experiments/2026-11-25-w4-store-no-fallback.patch, perf.md v19); it
+  // waits for "w4: every variant" (the 48/64-token tiles) on the patched templates.
   if ((p.n & 1) == 0 && (reinterpret_cast<unsigned long long>(c) & 3) == 0) {
 #pragma unroll
     for (int j = 0; j < kAccRegs / 4; ++j) {
