@@ -128,42 +128,23 @@ __device__ __forceinline__ void w4_store(const GroupedGemmParams& p, const float
   unsigned short* const c = static_cast<unsigned short*>(p.c);
   const bool odd = (lane >> 2) & 1;  // this lane holds the odd column of the pair
   const int col = n_base - (odd ? 1 : 0);
-  // Pair stores need an even N and C aligned to 4 bytes (warp-uniform; one loop or the other).
-  // An even N puts both columns of a pair inside N or both past it. The Runtime validates N % 8
-  // and 16-byte C, so the single-element loop is never taken through it. Dropping it measured
-  // neutral at decode (docs/experiments/2026-11-25-w4-store-no-fallback.patch, perf.md v19); it
-  // waits for "w4: every variant" (the 48/64-token tiles) on the patched templates.
-  if ((p.n & 1) == 0 && (reinterpret_cast<unsigned long long>(c) & 3) == 0) {
+  // Pair stores need an even N (both columns of a pair inside N or both past it) and C aligned to 4
+  // bytes: every launch validates N % 8 == 0 and a 16-byte C (runtime/validate.cpp). (A
+  // single-element fallback for odd N stood here through v19; no launch could reach it.)
 #pragma unroll
-    for (int j = 0; j < kAccRegs / 4; ++j) {
+  for (int j = 0; j < kAccRegs / 4; ++j) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float mine0 = acc[4 * j + 2 * h], mine1 = acc[4 * j + 2 * h + 1];
-        const float got = __shfl_xor_sync(0xffffffffu, odd ? mine0 : mine1, 4);
-        const int token = token_base + 8 * j + (odd ? 1 : 0);
-        const unsigned pair = pack_pair<kTypeC>(odd ? got : mine0, odd ? mine1 : got);
-        unsigned short* const at = c + static_cast<long long>(tile.row_begin + token) * p.n + col + 8 * h;
-        // Inline PTX: the mask stays a predicate instead of a branch per store (compile time).
-        asm volatile("{\n.reg .pred t, q;\nsetp.ne.b32 t, %4, 0;\nsetp.lt.and.s32 q, %2, %3, t;\n@q st.global.b32 [%0], %1;\n}\n" ::"l"(
-                         __cvta_generic_to_global(at)),
-                     "r"(pair), "r"(col + 8 * h), "r"(p.n), "r"((int)(token < tile.group_rows))
-                     : "memory");
-      }
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kAccRegs / 4; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const unsigned pair = pack_pair<kTypeC>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        const int n = n_base + 8 * h;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int token = token_base + 8 * j + e;
-          if (n < p.n && token < tile.group_rows)
-            c[static_cast<long long>(tile.row_begin + token) * p.n + n] = static_cast<unsigned short>(pair >> (16 * e));
-        }
-      }
+    for (int h = 0; h < 2; ++h) {
+      const float mine0 = acc[4 * j + 2 * h], mine1 = acc[4 * j + 2 * h + 1];
+      const float got = __shfl_xor_sync(0xffffffffu, odd ? mine0 : mine1, 4);
+      const int token = token_base + 8 * j + (odd ? 1 : 0);
+      const unsigned pair = pack_pair<kTypeC>(odd ? got : mine0, odd ? mine1 : got);
+      unsigned short* const at = c + static_cast<long long>(tile.row_begin + token) * p.n + col + 8 * h;
+      // Inline PTX: the mask stays a predicate instead of a branch per store (compile time).
+      asm volatile("{\n.reg .pred t, q;\nsetp.ne.b32 t, %4, 0;\nsetp.lt.and.s32 q, %2, %3, t;\n@q st.global.b32 [%0], %1;\n}\n" ::"l"(
+                       __cvta_generic_to_global(at)),
+                   "r"(pair), "r"(col + 8 * h), "r"(p.n), "r"((int)(token < tile.group_rows))
+                   : "memory");
     }
   }
 }
