@@ -531,7 +531,7 @@ TEST_CASE("w4 sm90 pack: code words are bit-interleaved", "[formats][w4]") {
   CHECK(w4_sm90_interleave_codes(0x87654321u) == 0x68825659u);
   // A layout change fails the line above: it must also bump the version users keep beside stored
   // packed weights (formats.hpp).
-  STATIC_REQUIRE(kW4Sm90LayoutVersion == 3);
+  STATIC_REQUIRE(kW4Sm90LayoutVersion == 4);
   for (unsigned byte = 0; byte < 256; ++byte)
     for (int p = 0; p < 4; ++p) {
       const unsigned logical = (0x5Au * 0x01010101u & ~(0xFFu << (8 * p))) | (byte << (8 * p));
@@ -592,7 +592,7 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
   CHECK(pm[mx_block + 4096 + 41 * 4 + 1] + mx_exponent(1, 89) == mx.scales[(1 * 200 + 89) * 3 + 2]);
   // NVFP4 scale byte j = 2: row r0 = 81, 16-block 4 * 1 + 1 = 5 (K 80..95).
   const std::size_t nv_block = ((1 * 2 + 0) * 2 + 1) * 4608;
-  CHECK(pn[nv_block + 4096 + 41 * 8 + 2] == nv.scales[(1 * 200 + 81) * 6 + 5]);
+  CHECK(pn[nv_block + 4096 + 41 * 8 + 2] == w4_sm90_nvfp4_stored_scale(nv.scales[(1 * 200 + 81) * 6 + 5]));
   CHECK(pn[nv_block + 4096 + 41 * 8 + 7] == 0);  // 16-block 7: past K, scale 0
   // Rows past N = 200 in the second row block: zero codes.
   const std::size_t last = (0 * 2 + 1) * kMxRun + 128;
@@ -613,7 +613,7 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
         REQUIRE(w4_code_pair(pm, mx_at, m.code) == mx.data[element / 2]);
         REQUIRE(pm[mx_at + m.scale] + pm[(std::size_t)g * n_blocks * kMxRun + m.exponent] == mx.scales[element / 32]);
         REQUIRE(w4_code_pair(pn, nv_at, v.code) == nv.data[element / 2]);
-        REQUIRE(pn[nv_at + v.scale] == nv.scales[element / 16]);
+        REQUIRE(w4_sm90_nvfp4_scale_e4m3(pn[nv_at + v.scale]) == nv.scales[element / 16]);
         if (k % 8 == 0)
           for (int c = 1; c < 4; ++c) REQUIRE(w4_sm90_offsets(r, k + 2 * c, k_blocks64, false).code == m.code + 16 * c);
       }
@@ -633,6 +633,61 @@ TEST_CASE("w4 sm90 pack: sizes, one byte placed by hand, round trip, padding", "
   Nvfp4Tensor no_scales = nv;
   no_scales.tensor_scales.clear();
   require_invalid_argument([&] { pack_w4_sm90(no_scales); }, "weights.tensor_scales has 0 entries");
+}
+
+// NVFP4 scales as stored (layout 4, formats.hpp): every E4M3 magnitude, subnormals included, widens
+// to exactly scale x 2^117 by the kernels' shift and add, and comes back; NaN widens to NaN.
+TEST_CASE("w4 sm90 pack: NVFP4 stored scales widen to scale x 2^117, every E4M3 value", "[formats][w4]") {
+  const auto bf16_value = [](unsigned bits) {
+    float f;
+    const std::uint32_t word = (bits & 0xFFFFu) << 16;
+    std::memcpy(&f, &word, 4);
+    return f;
+  };
+  for (unsigned magnitude = 1; magnitude < 0x7F; ++magnitude) {
+    const unsigned stored = w4_sm90_nvfp4_stored_scale(magnitude);
+    INFO("E4M3 0x" << std::hex << magnitude << " stored 0x" << stored);
+    REQUIRE(stored > 0);
+    REQUIRE(stored < 256);
+    REQUIRE(stored != kW4Sm90Nvfp4NanScale);
+    REQUIRE(w4_sm90_nvfp4_scale_e4m3(stored) == magnitude);
+    const float factor = bf16_value(w4_sm90_nvfp4_factor_bits(stored));
+    REQUIRE(same_bits(factor, std::ldexp(e4m3_to_float(static_cast<std::uint8_t>(magnitude)), 117)));
+    // The kernels widen two rows in one word: the two halves' sums never carry into each other.
+    REQUIRE(w4_sm90_nvfp4_factor_bits(stored) < 0x10000u);
+  }
+  CHECK(w4_sm90_nvfp4_stored_scale(0x01) == ((1u << 3) | 0));  // 2^-9
+  CHECK(w4_sm90_nvfp4_stored_scale(0x07) == ((3u << 3) | 6));  // 7 x 2^-9 = 1.75 x 2^-7
+  CHECK(w4_sm90_nvfp4_stored_scale(0x08) == ((4u << 3) | 0));  // 2^-6, the smallest normal
+  CHECK(w4_sm90_nvfp4_stored_scale(0x7E) == ((18u << 3) | 6)); // 448
+  CHECK(std::isnan(bf16_value(w4_sm90_nvfp4_factor_bits(kW4Sm90Nvfp4NanScale))));
+  CHECK(w4_sm90_nvfp4_scale_e4m3(kW4Sm90Nvfp4NanScale) == 0x7Fu);
+  CHECK(w4_sm90_nvfp4_scale_e4m3(0) == 0u);
+
+  // Blocks whose scale the encoding does not hold: a negative scale (its sign moves to the codes), a
+  // zero scale with nonzero codes (zeroed), NaN of either sign, a subnormal. They dequantize the same.
+  const QuantShape shape{1, 128, 64};  // one block of 128 rows x 64 K: 4 scale blocks per row
+  const std::vector<float> x = normal_values(shape.elements(), 11);
+  Nvfp4Tensor nv = quantize_nvfp4(x.data(), shape);
+  nv.scales[0 * 4 + 1] |= 0x80;  // row 0, block 1 negative
+  nv.scales[1 * 4 + 0] = 0x00;   // row 1, block 0 zero (its codes stay nonzero)
+  nv.scales[2 * 4 + 2] = 0x80;   // -0
+  nv.scales[3 * 4 + 3] = 0xFF;   // NaN with the sign
+  nv.scales[4 * 4 + 0] = 0x03;   // subnormal 3 x 2^-9
+  REQUIRE(nv.data[(1 * 64 + 0) / 2] != 0);
+  const std::vector<std::uint8_t> packed = pack_w4_sm90(nv);
+  const Nvfp4Tensor back = unpack_nvfp4_w4_sm90(packed, shape, nv.tensor_scales);
+  const std::vector<float> want = dequantize(nv), got = dequantize(back);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO("element " << i);
+    REQUIRE((std::isnan(want[i]) ? std::isnan(got[i]) : want[i] == got[i]));
+  }
+  CHECK(back.scales[0 * 4 + 1] == (nv.scales[0 * 4 + 1] & 0x7F));
+  CHECK(back.data[(0 * 64 + 16) / 2] == (nv.data[(0 * 64 + 16) / 2] ^ 0x88));
+  CHECK(back.scales[1 * 4 + 0] == 0);
+  CHECK(back.data[(1 * 64 + 0) / 2] == 0);
+  CHECK(back.scales[3 * 4 + 3] == 0x7F);
+  CHECK(back.scales[4 * 4 + 0] == 0x03);
 }
 
 // MXFP4 rows whose block scales exceed 2^1 are stored relative to a row exponent (formats.hpp), so

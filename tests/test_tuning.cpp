@@ -263,8 +263,8 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     for (auto& s : w4_specs) CHECK((s.b == b && s.is_weight_only_4bit() && s.layout == GroupLayout::masked));
     std::vector<int> prefill(128, 512);
     GemmProblem big{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 65536, prefill, b};
-    // 512 rows per expert: NVFP4 takes the 256-token prefill tile, MXFP4 the 128-token one (v17)
-    CHECK(choose_spec(big, kHopper, 132).tile.m == (b == DType::nvfp4 ? 256 : 128));
+    // 512 rows per expert: both formats take the 128-token tile (MXFP4 since v17, NVFP4 since v20)
+    CHECK(choose_spec(big, kHopper, 132).tile.m == 128);
     std::vector<int> rows256(8, 256), rows2048(8, 2048), rows4096(8, 4096);
     GemmProblem r256{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 2048, rows256, b};
     CHECK(choose_spec(r256, kHopper, 132).tile.m == 128);  // both formats: 128 tokens at 256 rows
@@ -274,7 +274,7 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     GemmProblem short_k{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 2048, 768, 131072, rows1024, b};
     CHECK(choose_spec(short_k, kHopper, 132).tile.m == 256);  // both formats: 256 tokens at 1024 rows with K <= 1024 (v19)
     GemmProblem short_k512{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 2048, 768, 65536, rows512, b};
-    CHECK(choose_spec(short_k512, kHopper, 132).tile.m == (b == DType::nvfp4 ? 256 : 128));
+    CHECK(choose_spec(short_k512, kHopper, 132).tile.m == 128);
     GemmProblem r4096{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 32768, rows4096, b};
     CHECK(choose_spec(r4096, kHopper, 132).tile.m == 256);  // Mixtral at 16384 tokens: 256 for both
     std::vector<int> decode32(8, 32);  // Mixtral at 128 tokens: 32 rows per expert, the 48-token tile

@@ -67,11 +67,19 @@
 //   w4_sm90_code_pair in kernel_templates/moejit/common/w4_layout.cuh). Layout history, each a
 //   breaking change (weights packed by an earlier pack_w4_sm90 must be packed again; nothing in
 //   the bytes tells the layouts apart): one pair per byte until v12 (2026-11-25), 2-bit fields
-//   for a table-lookup byte permute in v12-v14, the scattered bits since v15 (docs/perf.md).
-//   Scale byte j: row {r0, r1}[j % 2]; MXFP4: 32-block 2 kb + j / 2 (j = 0..3); NVFP4: E4M3 of
-//   16-block 4 kb + j / 2 (j = 0..7). Rows past N and K past the end: code 0, scale 127 (MXFP4)
-//   / E4M3 0. NVFP4's per-expert fp32 tensor scales are not in the blocks: they are
+//   for a table-lookup byte permute in v12-v14, the scattered bits since v15, NVFP4's scales
+//   re-encoded since v20 (docs/perf.md).
+//   Scale byte j: row {r0, r1}[j % 2]; MXFP4: 32-block 2 kb + j / 2 (j = 0..3); NVFP4: 16-block
+//   4 kb + j / 2 (j = 0..7). Rows past N and K past the end: code 0, scale 127 (MXFP4) / 0
+//   (NVFP4). NVFP4's per-expert fp32 tensor scales are not in the blocks: they are
 //   GroupedGemmArgs::b_tensor_scales (Nvfp4Tensor::tensor_scales as they are).
+//   NVFP4 scales are stored re-encoded (since layout 4), one byte each still: b = (E << 3) | M for
+//   2^(E - 10) (1 + M / 8), which holds every E4M3 magnitude but 0 and NaN (E4M3 subnormals as
+//   E = 1..3, normals as E = e + 3), so that the kernels widen a scale with a shift and an add
+//   (w4_sm90_nvfp4_stored_scale / w4_sm90_nvfp4_factor_bits in common/w4_layout.cuh). A negative
+//   scale is stored as its magnitude with the block's code signs flipped; a zero scale as 0 with
+//   zero codes; a NaN scale as 172 (NaN out). unpack_nvfp4_w4_sm90 returns E4M3 scales and codes
+//   that dequantize to the same values: the original ones but for those three kinds of blocks.
 //   MXFP4 scales are stored relative to their row's exponent e = max(0, largest E8M0 scale of the
 //   row's nonzero finite blocks - 128): stored s' = s - e in 0..128, so that the Hopper kernel
 //   widens each code pair with one exact BF16 multiply by 2^(s' - 1); the kernels multiply each
@@ -185,10 +193,10 @@ ScaleB fp8_kernel_scale_layout_b(const Fp8Tensor& weights);  // channels for per
 // 4-bit weights pre-arranged for the Hopper weight-only kernel (layout "W4 SM90" above); the
 // tensor's batches are the experts, rows = N. Sizes are checked against the shape.
 // The layout's version: 1 one pair per byte, 2 (v12) the 2-bit-field interleave, 3 (v15) the
-// scattered bits. The packed bytes do not carry it and the kernels cannot tell the layouts apart:
+// scattered bits, 4 (v20) NVFP4's scales re-encoded (MXFP4 bytes as in 3). The packed bytes do not carry it and the kernels cannot tell the layouts apart:
 // whoever stores packed weights (a converted checkpoint) keeps this number beside them and packs
 // again when it differs.
-inline constexpr int kW4Sm90LayoutVersion = 3;
+inline constexpr int kW4Sm90LayoutVersion = 4;
 std::int64_t w4_sm90_packed_bytes(QuantShape shape, QuantFormat format);  // format: mxfp4 | nvfp4
 std::vector<std::uint8_t> pack_w4_sm90(const Mxfp4Tensor& weights);
 std::vector<std::uint8_t> pack_w4_sm90(const Nvfp4Tensor& weights);

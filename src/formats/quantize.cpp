@@ -378,6 +378,31 @@ RebasedMxfp4 rebase_mxfp4_rows(const Mxfp4Tensor& in) {
   return out;
 }
 
+// NVFP4 in the W4 SM90 layout (formats.hpp; w4_layout.cuh, w4_sm90_nvfp4_stored_scale): every
+// block scale in the stored encoding the kernels widen in two instructions per pair of rows. The
+// encoding holds nonzero magnitudes and NaN; the block's codes take the rest: a negative scale's
+// sign flips every code's sign bit (exact), a zero scale zeroes the codes (the block is zero either
+// way), so the packed tensor means exactly what the input does.
+Nvfp4Tensor encode_nvfp4_scales(const Nvfp4Tensor& in) {
+  Nvfp4Tensor out = in;
+  constexpr std::int64_t kBlockBytes = kNvfp4Block / 2;
+  for (std::size_t b = 0; b < in.scales.size(); ++b) {
+    const unsigned scale = in.scales[b], magnitude = scale & 0x7Fu;
+    std::uint8_t* codes = out.data.data() + b * kBlockBytes;
+    if (magnitude == 0x7F) {
+      out.scales[b] = static_cast<std::uint8_t>(kW4Sm90Nvfp4NanScale);
+    } else if (magnitude == 0) {
+      out.scales[b] = 0;
+      std::fill(codes, codes + kBlockBytes, 0);
+    } else {
+      out.scales[b] = static_cast<std::uint8_t>(w4_sm90_nvfp4_stored_scale(magnitude));
+      if (scale & 0x80u)
+        for (std::int64_t i = 0; i < kBlockBytes; ++i) codes[i] ^= 0x88;  // both codes' sign bits
+    }
+  }
+  return out;
+}
+
 // Calls visit(code_byte_offset, group, row, k) for each code byte (k = the lower of its two K),
 // visit_scale(scale_byte_offset, group, row, scale_block) for each scale byte and (MXFP4)
 // visit_exponent(byte_offset, group, row) for each row-exponent byte of the packed layout.
@@ -464,7 +489,7 @@ std::vector<std::uint8_t> pack_w4(const char* function, const Tensor& tensor, Qu
     const RebasedMxfp4 rebased = rebase_mxfp4_rows(tensor);
     return write_w4(rebased.tensor, format, layout, rebased.exponents);
   } else {
-    return write_w4(tensor, format, layout, {});
+    return write_w4(encode_nvfp4_scales(tensor), format, layout, {});
   }
 }
 
@@ -492,6 +517,9 @@ Tensor unpack_w4(const char* function, const std::vector<std::uint8_t>& packed, 
       [&](std::int64_t at, std::int64_t g, std::int64_t r) {
         if (r < shape.rows) exponents[g * shape.rows + r] = packed[at];
       });
+  // NVFP4: stored scales back to E4M3.
+  if (layout.nvfp4)
+    for (std::uint8_t& scale : out.scales) scale = static_cast<std::uint8_t>(w4_sm90_nvfp4_scale_e4m3(scale));
   // MXFP4: stored scales back to E8M0 (row exponent added; 129 marks a NaN block).
   if (!layout.nvfp4)
     for (std::size_t i = 0; i < out.scales.size(); ++i) {

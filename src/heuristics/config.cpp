@@ -77,7 +77,11 @@ constexpr int kW4PrefillTileMinRows = 256;  // gathered A (fuse=gather), the v10
 // 128 wins at 256 rows (0.94-0.97x), 256 from 512 (0.99-1.05x there, 1.03-1.23x above). The
 // switches sit on the tuner's shape-bucket bounds (rows per expert rounded up to a power of two).
 constexpr int kW4LargeTileMaxRowsMxfp4 = 2048;
-constexpr int kW4LargeTileMaxRowsNvfp4 = 256;
+// NVFP4 after its scales were re-encoded (v20: 2 widening instructions per pair of rows' scales, 5
+// before), in turns (docs/results/2026-11-25-v20-nvfp4-scales.txt): 128 tokens take 0.952-0.978x
+// the time of 256 at 512 rows (gpt-oss, DeepSeek-V3 16384 tokens), 0.965 / 0.997 at 1024 rows on
+// Mixtral but 1.042 / 1.081 on Qwen3 (K = 2048 / 768), 1.04 / 1.21 at 4096 rows. So up to 512 rows.
+constexpr int kW4LargeTileMaxRowsNvfp4 = 512;
 // After the staged epilogue (v18), in turns again (v19; docs/results/2026-11-25-v19-w4-prefill-tile.txt):
 // NVFP4 unchanged (256 tokens take 0.98-0.99x the time of 128 at 512 rows, 0.73-0.98x at 1024-4096;
 // 128 wins at 128-256 rows). MXFP4 the same but for short K: Qwen3 down (K = 768) at 1024 rows takes

@@ -98,6 +98,34 @@ __host__ __device__ inline unsigned w4_sm90_pair_bf16_bits(unsigned word, int pa
   }
 }
 
+// NVFP4 block scales as stored (layout 4, docs/perf.md v20). An E4M3 scale is widened per pair of
+// rows in two instructions, as MXFP4's is (a byte permute and a multiply-add): the stored byte
+// b = (E << 3) | M means 2^(E - 10) (1 + M / 8), so (b << 4) + (234 << 7) are the BF16 bits of
+// scale x 2^117 (exponent field E + 234, top mantissa bits M). E4M3's subnormals (m x 2^-9) become
+// normal numbers there (E = 1..3), its normals 2^(e - 7) (1 + m / 8) have E = e + 3 (4..18).
+// Before, the kernel converted through F16 and F32: 5 instructions per pair of rows against 2.
+// pack_w4_sm90 makes every block fit: a negative scale's sign moves to the block's codes (E2M1
+// negation is exact), a zero scale zeroes its codes (stored 0, any factor times a zero code is 0),
+// and a NaN scale is stored as kW4Sm90Nvfp4NanScale, whose factor is NaN (0x7FC0).
+constexpr unsigned kW4Sm90Nvfp4NanScale = (21u << 3) | 4u;  // exponent field 21 + 234 = 255
+// Stored byte of a nonzero, non-NaN E4M3 magnitude (bits 0..6 of the E4M3 byte, 1..0x7E).
+__host__ __device__ constexpr unsigned w4_sm90_nvfp4_stored_scale(unsigned e4m3_magnitude) {
+  const unsigned e = e4m3_magnitude >> 3, m = e4m3_magnitude & 7u;
+  if (e != 0) return ((e + 3u) << 3) | m;
+  const unsigned p = m >= 4 ? 2u : m >= 2 ? 1u : 0u;  // m x 2^-9 = 2^(p - 9) (1 + f / 8)
+  return ((p + 1u) << 3) | (((m - (1u << p)) << (3u - p)) & 7u);
+}
+// Inverse: stored byte -> E4M3 byte (0 -> 0, kW4Sm90Nvfp4NanScale -> 0x7F).
+__host__ __device__ constexpr unsigned w4_sm90_nvfp4_scale_e4m3(unsigned stored) {
+  if (stored == 0) return 0;
+  if (stored == kW4Sm90Nvfp4NanScale) return 0x7Fu;
+  const unsigned big_e = stored >> 3, m = stored & 7u;
+  return big_e >= 4 ? ((big_e - 3u) << 3) | m : (8u + m) >> (4u - big_e);
+}
+// BF16 bits of the stored scale x 2^117 (the kernels widen two rows at once: the same
+// multiply-add on a word holding one stored byte per 16-bit half).
+__host__ __device__ constexpr unsigned w4_sm90_nvfp4_factor_bits(unsigned stored) { return (stored << 4) + 0x7500u; }
+
 struct W4Offsets {
   long long block;     // byte offset, inside its expert, of the 128-row x 64-K block holding (r, k)
   long long exponent;  // MXFP4: byte offset, inside its expert, of row r's exponent; NVFP4: -1

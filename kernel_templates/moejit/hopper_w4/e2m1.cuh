@@ -1,4 +1,5 @@
-// 4-bit widening on the CUDA cores: E2M1 codes and E8M0 (MXFP4) or E4M3 (NVFP4) scales to BF16 pairs, in the
+// 4-bit widening on the CUDA cores: E2M1 codes and E8M0 (MXFP4) scales to BF16 pairs (NVFP4 scales:
+// common/w4_layout.cuh, w4_sm90_nvfp4_factor_bits), in the
 // bf16x2 register form that both 4-bit kernels (shared-memory and register-A widening) use.
 #pragma once
 #include "moejit/common/w4_layout.cuh"  // w4_sm90_pair_bf16_bits: the stored code words
@@ -47,24 +48,6 @@ __device__ __forceinline__ unsigned bf16x2_mul_by_half(unsigned x, unsigned pair
     asm("{\n .reg .b16 l, u;\n .reg .b32 t;\n mov.b32 {l, u}, %2;\n mov.b32 t, {u, u};\n mul.rn.bf16x2 %0, %1, t;\n}"
         : "=r"(d) : "r"(x), "r"(pair));
   return d;
-}
-
-// Two E4M3 block scales (NVFP4: bytes 0 and 1 of `two`) -> each scale x 2^117 as one BF16 pair:
-// byte 0's in the low half, byte 1's in the high one. Exact (3 significant bits; at most 448 x
-// 2^117 < 2^126), and NaN (0x7F, 0xFF) stays NaN. Through the hardware E4M3 -> F16 pair conversion
-// (sm_89+) and F32, the 2^117 applied to the packed pair: 5 instructions for two scales (7 when
-// each went to both halves of its own register and was scaled in F32, v12-v14; about 8 per scale
-// with bit placement and a NaN test before, docs/perf.md v12).
-__device__ __forceinline__ unsigned e4m3x2_times_2pow117_bf16x2(unsigned two) {
-  unsigned halves;
-  asm("{\n .reg .b16 t;\n cvt.u16.u32 t, %1;\n cvt.rn.f16x2.e4m3x2 %0, t;\n}" : "=r"(halves) : "r"(two));
-  float a, b;
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}"
-      : "=f"(a), "=f"(b)
-      : "r"(halves));
-  unsigned out;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(b), "f"(a));
-  return bf16x2_mul(out, 0x7A007A00u);  // x 2^117 in each half, exact (a power of two, no overflow)
 }
 
 }  // namespace moejit::hopper

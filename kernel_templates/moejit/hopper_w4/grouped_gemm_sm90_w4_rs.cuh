@@ -610,12 +610,16 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       // (at most 448 x 2^117 < 2^126): the weights reach wgmma as value x 2^-9 (exact: 2 x 4
       // significant bits, >= 2^-19) and the accumulator gets the 2^9 back with the expert's fp32
       // scale. (One register per row and block before v15: 10 instructions per MXFP4 K block, 4 now.)
+      // NVFP4's scales are stored re-encoded (formats.hpp, layout 4) so that the same byte permute
+      // and one multiply-add give scale x 2^117 (w4_sm90_nvfp4_factor_bits): 8 instructions per
+      // K block, 20 through the F16 / F32 conversions before v20.
       constexpr int kScaleBlocks = kScaleBytes / 2;
       unsigned row_factors[kScaleBlocks];
       if constexpr (kFormat == kNVFP4) {
         asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(scales[0]), "=r"(scales[1]) : "r"(w_stage + my_scales));
 #pragma unroll
-        for (int b = 0; b < kScaleBlocks; ++b) row_factors[b] = e4m3x2_times_2pow117_bf16x2(scales[b / 2] >> (16 * (b % 2)));
+        for (int b = 0; b < kScaleBlocks; ++b)
+          row_factors[b] = __byte_perm(scales[b / 2], 0u, b % 2 ? 0x4342 : 0x4140) * 16u + 0x75007500u;
       } else {
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(scales[0]) : "r"(w_stage + my_scales));
         // Bytes 2b, 2b + 1 (rows r0, r1 of block b) into the low bytes of the two halves, then

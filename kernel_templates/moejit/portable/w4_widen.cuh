@@ -19,14 +19,6 @@ __device__ __forceinline__ unsigned bf16x2_mul_sm80(unsigned a, unsigned b) {
   return d;
 }
 
-// E4M3 block scale (positive) -> BF16 pair: magnitude bits at BF16 bits 10..4 read as value x
-// 2^-120 (see hopper::e4m3_to_bf16x2), then one exact multiply by 2^120. NaN stays NaN.
-__device__ __forceinline__ unsigned e4m3_to_bf16x2_sm80(unsigned s) {
-  if ((s & 0x7Fu) == 0x7Fu) return 0x7FC07FC0u;
-  const unsigned bits = (s & 0x7Fu) << 4;
-  return bf16x2_mul_sm80(bits | (bits << 16), 0x7B807B80u);
-}
-
 // E4M3 pair (byte 0 = lower K in the low half) -> BF16 pair, exact: sign to bit 15, magnitude
 // bits at BF16 bits 10..4 (value x 2^-120), one multiply by 2^120. NaN (S.1111.111) stays NaN.
 __device__ __forceinline__ unsigned e4m3x2_to_bf16x2_sm80(unsigned two_bytes) {
@@ -198,17 +190,25 @@ struct W4WidenLoader {
         const W4Offsets at = w4_sm90_offsets(weight_row, kabs, k_blocks64, kNv);
         const unsigned char* block = group_blocks + at.block;
         const unsigned scale_byte = __ldg(block + at.scale);
-        // MXFP4: the stored scale is relative to the row's exponent; 129 marks a NaN block (formats.hpp).
-        const unsigned scale =
-            kNv ? e4m3_to_bf16x2_sm80(scale_byte)
-                : hopper::e8m0_to_bf16x2(scale_byte == 129u ? 255u : min(scale_byte + __ldg(group_blocks + at.exponent), 255u));
+        // MXFP4: the stored scale is relative to the row's exponent; 129 marks a NaN block. NVFP4:
+        // stored re-encoded, widened to scale x 2^117 (formats.hpp, w4_sm90_nvfp4_factor_bits).
+        unsigned scale;
+        if constexpr (kNv) {
+          scale = w4_sm90_nvfp4_factor_bits(scale_byte);
+          scale |= scale << 16;
+        } else {
+          scale = hopper::e8m0_to_bf16x2(scale_byte == 129u ? 255u : min(scale_byte + __ldg(group_blocks + at.exponent), 255u));
+        }
         // The pair is one of four in a stored (bit-scattered) word: common/w4_layout.cuh.
         const unsigned* words = reinterpret_cast<const unsigned*>(block + (at.code & ~3));
         const int pair = at.code & 3;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const unsigned bits = hopper::e2m1_pair_bits_as_bf16x2(__ldg(words + c * 4), pair);
-          out[c] = bf16x2_mul_sm80(bf16x2_mul_sm80(bits, 0x7E807E80u), scale);  // x 2^126, x scale
+          // MXFP4: x 2^126, x scale. NVFP4: x (scale x 2^117) = value x scale x 2^-9 (at least
+          // 2^-19, 6 significant bits: exact), then x 2^9.
+          out[c] = kNv ? bf16x2_mul_sm80(bf16x2_mul_sm80(bits, scale), 0x44004400u)
+                       : bf16x2_mul_sm80(bf16x2_mul_sm80(bits, 0x7E807E80u), scale);
         }
       }
       const unsigned address = stage_address + dst + (unsigned)(i * kRowsPerPass * kPitch * 2);
