@@ -78,10 +78,15 @@ def op(kind, n, half=False):
             instr = f"m64n{n}k32.f32.e4m3.e4m3 {{{regs}}}, %{nreg}, %{nreg+1}, p, 1, 1"
         operands, pred = '"l"(desc_a), "l"(desc_b), "r"(scale_d)', nreg + 2
     mnemonic, rest = instr.split(" ", 1)
+    # rs: the accumulators may be the first kRegs of a wider tile's (a short last tile of a group
+    # multiplies only its first N tokens into the registers the wide wgmma would use for them).
+    head = (f"template <int kD>\n  __device__ __forceinline__ static void mma(float (&d)[kD], {signature}) {{\n"
+            f"    static_assert(kD >= kRegs, \"the accumulators, or a wider tile's first kRegs\");")\
+        if kind == "rs" else f"__device__ __forceinline__ static void mma(float (&d)[{nreg}], {signature}) {{"
     return f"""template <>
 struct {name} {{
   static constexpr int kRegs = {nreg};
-  __device__ __forceinline__ static void mma(float (&d)[{nreg}], {signature}) {{
+  {head}
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{pred}, 0;\\n"
         "wgmma.mma_async.sync.aligned.{mnemonic} "

@@ -429,6 +429,16 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   constexpr int kSlices = kBlocks;        // 64-row slices (accumulator sets) per consumer
   using Mma = WgmmaRsOp<kTokens>;
   constexpr int kAccRegs = Mma::kRegs;
+  // A group's last 128-token tile holding at most 32 of its rows multiplies those 32 tokens alone
+  // (the narrow k-loop below), up to K = 4096 (docs/perf.md v20). That loop does not overlap the
+  // widening with the MMAs: its double-buffered twin left ptxas short of registers (C7511 / C7512,
+  // wgmmas serialized) on 9 of 20 prefill variants. At K = 7168 (DeepSeek-V3 up) the launch took
+  // 1.02-1.04x the time with it, against 0.92-0.98x at K = 768-2880. Not on the 256-token tile:
+  // gated by K, ptxas serialized its NVFP4 scatter variant (C7511); ungated it measured 0.95-1.04x.
+  constexpr bool kShortTails = kTokens == 128;
+  constexpr int kShortTailTokens = 32;
+  constexpr int kShortTailMaxK = 4096;
+  using ShortTailMma = WgmmaRsOp<kShortTailTokens>;
   constexpr unsigned kXBytes = kTokens * 128;  // 64 K of BF16 per token row
   constexpr int kConsumerThreads = 256;  // each arrives on a stage's empty barrier (retire below)
   constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
@@ -653,15 +663,26 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 #pragma unroll
       for (int i = 0; i < kSlices; ++i) wgmma_fence_operands(acc[i]);
     };
-    auto issue = [&](const unsigned (&frag)[kSlices][4][4], bool first) {
+    // short_tail (a constant at each call, so that each k-loop below has one kind of wgmma; a
+    // generic lambda here crashed NVRTC 13.0; a run-time choice serialized them, C7519/C7520):
+    // multiply only the tile's first kShortTailTokens token rows, into the first registers of acc,
+    // where the wide wgmma puts those tokens' sums.
+    auto issue = [&](const unsigned (&frag)[kSlices][4][4], bool first, bool short_tail) {
       const unsigned long long x_desc = wgmma_desc_advance<kXBytes>(x_desc0, stage);
       fence_acc();
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-        for (int i = 0; i < kSlices; ++i)
+        for (int i = 0; i < kSlices; ++i) {
+          if constexpr (kShortTails) {
+            if (short_tail) {
+              ShortTailMma::mma(acc[i], frag[i][kk], wgmma_desc_advance<32>(x_desc, kk), !first || kk != 0);
+              continue;
+            }
+          }
           Mma::mma(acc[i], frag[i][kk], wgmma_desc_advance<32>(x_desc, kk), !first || kk != 0);
+        }
       wgmma_commit();
       fence_acc();
       if (++stage == kStages) stage = 0, phase ^= 1;
@@ -706,22 +727,38 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       if constexpr (kStagedC && Fuse::epilogue) first_pass.load(*f, tile, tile.m_block * kTokens, lane);
       // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both
       // fragment sets stay in fixed registers.
-      if (num_k_blocks > 0) {
+      auto k_loop = [&](bool short_tail) {
         widen(frag0);
         int in_flight = stage;
-        issue(frag0, true);
+        issue(frag0, true, short_tail);
         for (int kb = 1; kb < num_k_blocks; kb += 2) {
           widen(frag1);
           retire(in_flight);
           in_flight = stage;
-          issue(frag1, false);
+          issue(frag1, false, short_tail);
           if (kb + 1 >= num_k_blocks) break;
           widen(frag0);
           retire(in_flight);
           in_flight = stage;
-          issue(frag0, false);
+          issue(frag0, false, short_tail);
         }
         retire(in_flight);
+      };
+      if (num_k_blocks > 0) {
+        // A group's last tile that holds at most kShortTailTokens of its rows (random routing ends
+        // about half of the 512 +- 22-row groups of gpt-oss and DeepSeek-V3 at 16384 tokens 1-22 rows
+        // into a fifth 128-token tile): the narrow wgmma, a quarter of the MMA work, one stage at a
+        // time. The tokens past the group in acc's other registers are never stored.
+        if (kShortTails && tile.group_rows - tile.m_block * kTokens <= kShortTailTokens && p.k <= kShortTailMaxK) {
+          for (int kb = 0; kb < num_k_blocks; ++kb) {
+            widen(frag0);
+            const int in_flight = stage;
+            issue(frag0, kb == 0, true);
+            retire(in_flight);
+          }
+        } else {
+          k_loop(false);  // (kTokens < 128: the only k-loop)
+        }
       }
       if (num_k_blocks == 0) {
 #pragma unroll

@@ -13,8 +13,10 @@ struct WgmmaRsOp;
 template <>
 struct WgmmaRsOp<16> {
   static constexpr int kRegs = 8;
-  __device__ __forceinline__ static void mma(float (&d)[8], const unsigned (&a)[4], unsigned long long desc_b,
+  template <int kD>
+  __device__ __forceinline__ static void mma(float (&d)[kD], const unsigned (&a)[4], unsigned long long desc_b,
                                              int scale_d) {
+    static_assert(kD >= kRegs, "the accumulators, or a wider tile's first kRegs");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
@@ -27,8 +29,10 @@ struct WgmmaRsOp<16> {
 template <>
 struct WgmmaRsOp<32> {
   static constexpr int kRegs = 16;
-  __device__ __forceinline__ static void mma(float (&d)[16], const unsigned (&a)[4], unsigned long long desc_b,
+  template <int kD>
+  __device__ __forceinline__ static void mma(float (&d)[kD], const unsigned (&a)[4], unsigned long long desc_b,
                                              int scale_d) {
+    static_assert(kD >= kRegs, "the accumulators, or a wider tile's first kRegs");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
@@ -42,8 +46,10 @@ struct WgmmaRsOp<32> {
 template <>
 struct WgmmaRsOp<48> {
   static constexpr int kRegs = 24;
-  __device__ __forceinline__ static void mma(float (&d)[24], const unsigned (&a)[4], unsigned long long desc_b,
+  template <int kD>
+  __device__ __forceinline__ static void mma(float (&d)[kD], const unsigned (&a)[4], unsigned long long desc_b,
                                              int scale_d) {
+    static_assert(kD >= kRegs, "the accumulators, or a wider tile's first kRegs");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
@@ -58,8 +64,10 @@ struct WgmmaRsOp<48> {
 template <>
 struct WgmmaRsOp<64> {
   static constexpr int kRegs = 32;
-  __device__ __forceinline__ static void mma(float (&d)[32], const unsigned (&a)[4], unsigned long long desc_b,
+  template <int kD>
+  __device__ __forceinline__ static void mma(float (&d)[kD], const unsigned (&a)[4], unsigned long long desc_b,
                                              int scale_d) {
+    static_assert(kD >= kRegs, "the accumulators, or a wider tile's first kRegs");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -75,8 +83,10 @@ struct WgmmaRsOp<64> {
 template <>
 struct WgmmaRsOp<128> {
   static constexpr int kRegs = 64;
-  __device__ __forceinline__ static void mma(float (&d)[64], const unsigned (&a)[4], unsigned long long desc_b,
+  template <int kD>
+  __device__ __forceinline__ static void mma(float (&d)[kD], const unsigned (&a)[4], unsigned long long desc_b,
                                              int scale_d) {
+    static_assert(kD >= kRegs, "the accumulators, or a wider tile's first kRegs");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
@@ -96,8 +106,10 @@ struct WgmmaRsOp<128> {
 template <>
 struct WgmmaRsOp<256> {
   static constexpr int kRegs = 128;
-  __device__ __forceinline__ static void mma(float (&d)[128], const unsigned (&a)[4], unsigned long long desc_b,
+  template <int kD>
+  __device__ __forceinline__ static void mma(float (&d)[kD], const unsigned (&a)[4], unsigned long long desc_b,
                                              int scale_d) {
+    static_assert(kD >= kRegs, "the accumulators, or a wider tile's first kRegs");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
