@@ -517,16 +517,15 @@ Tensor unpack_w4(const char* function, const std::vector<std::uint8_t>& packed, 
       [&](std::int64_t at, std::int64_t g, std::int64_t r) {
         if (r < shape.rows) exponents[g * shape.rows + r] = packed[at];
       });
-  // NVFP4: stored scales back to E4M3.
-  if (layout.nvfp4)
+  if (layout.nvfp4) {  // stored scales back to E4M3
     for (std::uint8_t& scale : out.scales) scale = static_cast<std::uint8_t>(w4_sm90_nvfp4_scale_e4m3(scale));
-  // MXFP4: stored scales back to E8M0 (row exponent added; 129 marks a NaN block).
-  if (!layout.nvfp4)
+  } else {  // MXFP4: stored scales back to E8M0 (row exponent added; 129 marks a NaN block)
     for (std::size_t i = 0; i < out.scales.size(); ++i) {
       const std::uint8_t stored = out.scales[i];
       const int scale = stored == kW4NanScale ? 0xFF : stored + exponents[i / scale_cols];
       out.scales[i] = static_cast<std::uint8_t>(std::min(scale, 0xFF));
     }
+  }
   return out;
 }
 
