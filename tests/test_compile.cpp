@@ -102,10 +102,14 @@ void check_variants(const std::vector<KernelSpec>& all, const std::string& what,
     CHECK(r.result.resources.find("Used") != std::string::npos);
     CHECK(spill_bytes(r.result.resources) == 0);
     CHECK(r.result.resources.find("C7508") == std::string::npos);  // setmaxnreg ignored
-    // The 4-bit prefill tiles keep their wgmmas pipelined (C7511 / C7512 notes: serialized): the first
-    // short-last-tile k-loop (v20) left ptxas short of registers on 9 of 20 such variants, whose
-    // wgmmas it then serialized (NVFP4 128 tokens 1.06-1.12x the time, fused GEMM1s 1.10-1.14x).
-    if (r.spec.is_weight_only_4bit() && r.spec.tile.m >= 128)
+    // Hopper kernels keep their wgmmas pipelined. ptxas reports a serialization only as a note
+    // ("wgmma.mma_async instructions are serialized", C7510-C7515); it does not fail. The first short-last-tile k-loop
+    // (v20) left it short of registers on 9 of 20 4-bit prefill variants (NVFP4 128 tokens 1.06-1.12x
+    // the time, fused GEMM1s 1.10-1.14x). Known and kept: the 4-bit 64-token tile on the dynamic
+    // scheduler (a tuner candidate, never the heuristic's; its C7512 note: docs/perf.md v17).
+    const bool known_serialized = r.spec.is_weight_only_4bit() && r.spec.tile.m == 64 &&
+                                  r.spec.scheduler == Scheduler::dynamic;
+    if (r.spec.family == KernelFamily::hopper && !known_serialized)
       CHECK(r.result.resources.find("are serialized") == std::string::npos);
     std::string sass = sass_of(r.result.cubin, dir, fmt::format("k{}", i));
     CHECK(sass.find(mma_instruction) != std::string::npos);
