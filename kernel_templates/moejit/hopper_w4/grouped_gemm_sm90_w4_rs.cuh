@@ -725,25 +725,6 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       // their latency hides behind the k-loop (as the row exponents' above).
       W4PassRows<Fuse> first_pass;
       if constexpr (kStagedC && Fuse::epilogue) first_pass.load(*f, tile, tile.m_block * kTokens, lane);
-      // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both
-      // fragment sets stay in fixed registers.
-      auto k_loop = [&](bool short_tail) {
-        widen(frag0);
-        int in_flight = stage;
-        issue(frag0, true, short_tail);
-        for (int kb = 1; kb < num_k_blocks; kb += 2) {
-          widen(frag1);
-          retire(in_flight);
-          in_flight = stage;
-          issue(frag1, false, short_tail);
-          if (kb + 1 >= num_k_blocks) break;
-          widen(frag0);
-          retire(in_flight);
-          in_flight = stage;
-          issue(frag0, false, short_tail);
-        }
-        retire(in_flight);
-      };
       if (num_k_blocks > 0) {
         // A group's last tile that holds at most kShortTailTokens of its rows (random routing ends
         // about half of the 512 +- 22-row groups of gpt-oss and DeepSeek-V3 at 16384 tokens 1-22 rows
@@ -757,7 +738,23 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
             retire(in_flight);
           }
         } else {
-          k_loop(false);  // (kTokens < 128: the only k-loop)
+          // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both
+          // fragment sets stay in fixed registers.
+          widen(frag0);
+          int in_flight = stage;
+          issue(frag0, true, false);
+          for (int kb = 1; kb < num_k_blocks; kb += 2) {
+            widen(frag1);
+            retire(in_flight);
+            in_flight = stage;
+            issue(frag1, false, false);
+            if (kb + 1 >= num_k_blocks) break;
+            widen(frag0);
+            retire(in_flight);
+            in_flight = stage;
+            issue(frag0, false, false);
+          }
+          retire(in_flight);
         }
       }
       if (num_k_blocks == 0) {
