@@ -189,6 +189,20 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
   }
   check_variants(portable, "fused portable FP8 / 4-bit", "HMMA");
   check_variants(hopper, "fused hopper 4-bit", "HGMMA");
+  // Every fused 4-bit Hopper kernel the heuristic or the tuner can pick: each tile of the tuner's
+  // (static scheduler: tuning_candidates keeps fused 4-bit kernels off the dynamic one), both formats,
+  // GEMM1's and GEMM2's fusions. (Session 27 found a 4-byte spill and serialized wgmmas in
+  // variants outside the representative set above.)
+  std::vector<KernelSpec> w4_fused;
+  for (const char* tile : {"16x128x64,stages=8", "32x128x64,stages=8", "48x128x64,stages=8", "64x128x64,stages=8",
+                           "128x128x64,stages=8", "256x128x64,stages=5", "64x256x64,stages=8"})
+    for (const char* b : {"mxfp4", "nvfp4"})
+      for (const char* fusion : {"fuse=gather+bias,act=swiglu_oai", "fuse=scatter+weight+bias"}) {
+        KernelSpec s = KernelSpec::parse(fmt::format("family=hopper,b={},tile={},{}", b, tile, fusion));
+        s.validate();
+        w4_fused.push_back(s);
+      }
+  check_variants(w4_fused, "fused hopper 4-bit (every tuner tile)", "HGMMA");
   std::vector<KernelSpec> fp8;
   for (const char* text : {"family=hopper,a=e4m3,b=e4m3,tile=128x128x128,stages=6,fuse=bias,act=swiglu",
                            "family=hopper,a=e4m3,b=e4m3,c=f32,tile=64x256x128,stages=5,layout=masked,"

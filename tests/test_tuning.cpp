@@ -289,6 +289,15 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     GemmProblem gathered = big;
     gathered.fusion.gather_a = true;  // gathered rows take the prefill tile from 256 rows, both formats (v10)
     CHECK((choose_spec(gathered, kHopper, 132).tile.m == 256 && choose_spec(gathered, kHopper, 132).tile.n == 128));
+    // Fused 4-bit candidates: the 7 tiles on the static scheduler only (their dynamic variants
+    // serialize their wgmmas or spill; test_compile.cpp checks every one of these instead).
+    for (const char* fusion : {"fuse=gather+bias,act=swiglu_oai", "fuse=scatter+weight+bias"}) {
+      GemmProblem fused = w4;
+      fused.fusion = KernelSpec::parse(fusion).fusion;
+      auto fused_specs = tuning_candidates(fused, kHopper, 132);
+      CHECK(fused_specs.size() == 7);
+      for (auto& s : fused_specs) CHECK((s.scheduler == Scheduler::static_persistent && s.fusion == fused.fusion));
+    }
     GemmProblem f32 = big;
     f32.c_type = DType::f32;  // the Hopper 4-bit kernel writes 16-bit C: portable on sm_90a too
     CHECK(choose_spec(f32, kHopper, 132).family == KernelFamily::portable);

@@ -156,11 +156,17 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
   const double mean_rows = active ? double(rows) / double(active) : 0.0;
   // split=tail (the 16-bit Hopper kernel, unfused, single CTAs) where pieces keep 16+ K blocks.
   const bool try_split = problem.k >= 2048;
+  // Fused 4-bit Hopper kernels: the static scheduler only. Their dynamic variants compile with
+  // serialized wgmmas (ptxas C7511 on the 128-token scatter tile, C7512 on the 48/64-token ones,
+  // C7518 on 64x256) or a spill (48 tokens with scatter), and unfused the dynamic scheduler already
+  // ran slower on 4-bit weights (docs/perf.md v10, v21).
+  const bool static_only = chosen.is_weight_only_4bit() && chosen.family == KernelFamily::hopper && chosen.fusion.any();
   auto add = [&](const TileConfig& t) {
     if (t.cluster_m != 1 && mean_rows < kPairMMinRowsPerGroup) return;
     for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic})
       for (SplitK split : {SplitK::none, SplitK::tail}) {
         if (split == SplitK::tail && !try_split) continue;
+        if (sched == Scheduler::dynamic && static_only) continue;
         KernelSpec s = chosen;
         s.split = split;
         s.tile = t.tile;
