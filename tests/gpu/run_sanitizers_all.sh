@@ -22,7 +22,7 @@ jobs_table=(
   "unfused|portable|1|every variant: mixed*,every variant: epilogue edges*"
   "fused|hopper|1|fusion: random top-k*,quant fusion: random*"
   "fused|portable|1|fusion: random top-k*,quant fusion: random*"
-  "formats||0|fp8: every variant*,fp8: every portable*,w4: every variant*,w4: every portable*"
+  "formats||0|fp8: every variant*,fp8: every portable*,w4: every variant*,w4: every portable*,w4: short last tiles*"
   "routing||0|[routing]"
   "split||1|split=tail: the last round*,fp8: split=tail*"
 )
