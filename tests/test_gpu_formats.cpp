@@ -504,20 +504,21 @@ TEST_CASE("w4: prefill tiles' C row copies at N's end, partial groups", "[gpu][w
 }
 
 // A group's last 128-token tile holding at most 32 of its rows runs the narrow wgmma (m64n32k16) when
-// K <= 4096: groups ending 1, 16, 31, 32 rows into a tile take it, 33 does not (32 and 33 rows: the
-// group's only tile), over 7 k-blocks, both formats, both layouts; the 256-token tile (the wide
-// wgmma for every tile) on the same groups.
-TEST_CASE("w4: short last tiles (<= 32 rows): the narrow wgmma on 128-token tiles", "[gpu][w4]") {
+// K <= 4096, one stage at a time; the 48-token tile's (static, ungathered) double-buffered: groups
+// ending 1, 16, 31, 32 rows into a tile take it, 33 does not (32 and 33 rows: the group's only
+// tile), over 7 k-blocks (8 on the 48-token tile: the other parity of its unrolled loop), both
+// formats, both layouts; the 256-token tile (the wide wgmma for every tile) on the same groups.
+TEST_CASE("w4: short last tiles (<= 32 rows): the narrow wgmma on 128- and 48-token tiles", "[gpu][w4]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   std::mt19937 rng(4108);
-  for (const char* tile : {"tile=128x128x64,stages=8", "tile=256x128x64,stages=5"})
+  for (const char* tile : {"tile=128x128x64,stages=8", "tile=256x128x64,stages=5", "tile=48x128x64,stages=8"})
     for (DType b : {DType::mxfp4, DType::nvfp4})
       for (const char* variant : {"layout=contiguous,c=bf16", "layout=masked,c=f16"}) {
         KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},{},{}", to_text(b), tile, variant));
         spec.arch = runtime().arch();
         const int t = spec.tile.m;
         auto p = w4_problem(spec.layout, b, spec.c, {t + 32, t + 33, 2 * t + 31, t + 16, 32, 33, 0, 1, t + 1}, 200,
-                            448, rng);
+                            t == 48 ? 512 : 448, rng);
         run_spec(spec, p, "short last tiles");
       }
 }

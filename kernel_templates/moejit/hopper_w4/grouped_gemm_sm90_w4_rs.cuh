@@ -429,13 +429,19 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   constexpr int kSlices = kBlocks;        // 64-row slices (accumulator sets) per consumer
   using Mma = WgmmaRsOp<kTokens>;
   constexpr int kAccRegs = Mma::kRegs;
-  // A group's last 128-token tile holding at most 32 of its rows multiplies those 32 tokens alone
-  // (the narrow k-loop below), up to K = 4096 (docs/perf.md v20). That loop does not overlap the
-  // widening with the MMAs: its double-buffered twin left ptxas short of registers (C7511 / C7512,
-  // wgmmas serialized) on 9 of 20 prefill variants. At K = 7168 (DeepSeek-V3 up) the launch took
-  // 1.02-1.04x the time with it, against 0.92-0.98x at K = 768-2880. Not on the 256-token tile:
-  // gated by K, ptxas serialized its NVFP4 scatter variant (C7511); ungated it measured 0.95-1.04x.
-  constexpr bool kShortTails = kTokens == 128;
+  // A group's last tile holding at most 32 of its rows multiplies those 32 tokens alone (the narrow
+  // k-loops below, m64n32k16):
+  // - 128-token tiles, up to K = 4096, one stage at a time (docs/perf.md v20): MXFP4 / NVFP4 0.96-0.99x
+  //   the time at 4096 / 16384 tokens. At K = 7168 (DeepSeek-V3 up) it took 1.02-1.04x. Double-buffered
+  //   (v21: clean in ptxas now) it measured 1.00-1.01x overall and 1.09x on Mixtral down 4096 (K = 14336):
+  //   a narrow tile still widens all its weights, so it saves little where the widening paces it.
+  //   Not on the 256-token tile: its fused and dynamic variants serialize their wgmmas (C7511/C7512).
+  // - The 48-token tile (decode, ~32 rows per expert, two CTAs per SM), double-buffered like the wide
+  //   loop: a group of <= 32 rows skips a third of the MMA work, 0.93-0.98x on the cases that use
+  //   the tile (v21). Static and ungathered only: the gathered and the dynamic variants serialize
+  //   their wgmmas with it (C7511/C7512).
+  constexpr bool kShortTailsOverlapped = kTokens == 48 && kScheduler == kSchedulerStatic && !Fuse::gather;
+  constexpr bool kShortTails = kTokens == 128 || kShortTailsOverlapped;
   constexpr int kShortTailTokens = 32;
   constexpr int kShortTailMaxK = 4096;
   using ShortTailMma = WgmmaRsOp<kShortTailTokens>;
@@ -730,9 +736,26 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       if (num_k_blocks > 0) {
         // A group's last tile that holds at most kShortTailTokens of its rows (random routing ends
         // about half of the 512 +- 22-row groups of gpt-oss and DeepSeek-V3 at 16384 tokens 1-22 rows
-        // into a fifth 128-token tile): the narrow wgmma, a quarter of the MMA work, one stage at a
-        // time. The tokens past the group in acc's other registers are never stored.
-        if (kShortTails && tile.group_rows - tile.m_block * kTokens <= kShortTailTokens && p.k <= kShortTailMaxK) {
+        // into a fifth 128-token tile; at decode about half the 32 +- 6-row groups fit in 32): the
+        // narrow wgmma. The tokens past the group in acc's other registers are never stored.
+        if (kShortTailsOverlapped && tile.group_rows - tile.m_block * kTokens <= kShortTailTokens) {
+          widen(frag0);
+          int in_flight = stage;
+          issue(frag0, true, true);
+          for (int kb = 1; kb < num_k_blocks; kb += 2) {
+            widen(frag1);
+            retire(in_flight);
+            in_flight = stage;
+            issue(frag1, false, true);
+            if (kb + 1 >= num_k_blocks) break;
+            widen(frag0);
+            retire(in_flight);
+            in_flight = stage;
+            issue(frag0, false, true);
+          }
+          retire(in_flight);
+        } else if (!kShortTailsOverlapped && kShortTails && tile.group_rows - tile.m_block * kTokens <= kShortTailTokens &&
+                   p.k <= kShortTailMaxK) {
           for (int kb = 0; kb < num_k_blocks; ++kb) {
             widen(frag0);
             const int in_flight = stage;
