@@ -706,6 +706,25 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       mbarrier_arrive(empty_bars + 8 * done_stage);
     };
     unsigned frag0[kSlices][4][4], frag1[kSlices][4][4];
+    // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both fragment
+    // sets stay in fixed registers. short_tail: a constant at each call (see issue).
+    auto pipelined_k_loop = [&](bool short_tail) {
+      widen(frag0);
+      int in_flight = stage;
+      issue(frag0, true, short_tail);
+      for (int kb = 1; kb < num_k_blocks; kb += 2) {
+        widen(frag1);
+        retire(in_flight);
+        in_flight = stage;
+        issue(frag1, false, short_tail);
+        if (kb + 1 >= num_k_blocks) break;
+        widen(frag0);
+        retire(in_flight);
+        in_flight = stage;
+        issue(frag0, false, short_tail);
+      }
+      retire(in_flight);
+    };
     for (int tile_iter = 0;; ++tile_iter) {
       const int tile_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
       if (!seek_tile(tile_index)) break;
@@ -738,24 +757,10 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         // about half of the 512 +- 22-row groups of gpt-oss and DeepSeek-V3 at 16384 tokens 1-22 rows
         // into a fifth 128-token tile; at decode about half the 32 +- 6-row groups fit in 32): the
         // narrow wgmma. The tokens past the group in acc's other registers are never stored.
-        if (kShortTailsOverlapped && tile.group_rows - tile.m_block * kTokens <= kShortTailTokens) {
-          widen(frag0);
-          int in_flight = stage;
-          issue(frag0, true, true);
-          for (int kb = 1; kb < num_k_blocks; kb += 2) {
-            widen(frag1);
-            retire(in_flight);
-            in_flight = stage;
-            issue(frag1, false, true);
-            if (kb + 1 >= num_k_blocks) break;
-            widen(frag0);
-            retire(in_flight);
-            in_flight = stage;
-            issue(frag0, false, true);
-          }
-          retire(in_flight);
-        } else if (!kShortTailsOverlapped && kShortTails && tile.group_rows - tile.m_block * kTokens <= kShortTailTokens &&
-                   p.k <= kShortTailMaxK) {
+        const bool short_tail = tile.group_rows - tile.m_block * kTokens <= kShortTailTokens;
+        if (kShortTailsOverlapped && short_tail) {
+          pipelined_k_loop(true);
+        } else if (!kShortTailsOverlapped && kShortTails && short_tail && p.k <= kShortTailMaxK) {
           for (int kb = 0; kb < num_k_blocks; ++kb) {
             widen(frag0);
             const int in_flight = stage;
@@ -763,23 +768,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
             retire(in_flight);
           }
         } else {
-          // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both
-          // fragment sets stay in fixed registers.
-          widen(frag0);
-          int in_flight = stage;
-          issue(frag0, true, false);
-          for (int kb = 1; kb < num_k_blocks; kb += 2) {
-            widen(frag1);
-            retire(in_flight);
-            in_flight = stage;
-            issue(frag1, false, false);
-            if (kb + 1 >= num_k_blocks) break;
-            widen(frag0);
-            retire(in_flight);
-            in_flight = stage;
-            issue(frag0, false, false);
-          }
-          retire(in_flight);
+          pipelined_k_loop(false);
         }
       }
       if (num_k_blocks == 0) {
