@@ -504,7 +504,7 @@ TEST_CASE("w4: prefill tiles' C row copies at N's end, partial groups", "[gpu][w
 }
 
 // A group's last 128-token tile holding at most 32 of its rows runs the narrow wgmma (m64n32k16) when
-// K <= 4096, one stage at a time; the 48-token tile's (static, ungathered) double-buffered: groups
+// K <= 4096, one stage at a time; the 48-token tile's (static scheduler) double-buffered: groups
 // ending 1, 16, 31, 32 rows into a tile take it, 33 does not (32 and 33 rows: the group's only
 // tile), over 7 k-blocks (8 on the 48-token tile: the other parity of its unrolled loop), both
 // formats, both layouts; the 256-token tile (the wide wgmma for every tile) on the same groups.

@@ -438,9 +438,10 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   //   Not on the 256-token tile: its fused and dynamic variants serialize their wgmmas (C7511/C7512).
   // - The 48-token tile (decode, ~32 rows per expert, two CTAs per SM), double-buffered like the wide
   //   loop: a group of <= 32 rows skips a third of the MMA work, 0.93-0.98x on the cases that use
-  //   the tile (v21). Static and ungathered only: the gathered and the dynamic variants serialize
-  //   their wgmmas with it (C7511/C7512).
-  constexpr bool kShortTailsOverlapped = kTokens == 48 && kScheduler == kSchedulerStatic && !Fuse::gather;
+  //   the tile, the gathered GEMM1 of gpt-oss at 1024 tokens 0.94x (v21). Static scheduler, rows
+  //   not gathered by TMA: those variants serialize their wgmmas with it (C7511/C7512), and so did
+  //   the cp.async-gathered one until its producer gave its consumers 104 registers (below).
+  constexpr bool kShortTailsOverlapped = kTokens == 48 && kScheduler == kSchedulerStatic && !Fuse::gather_tma;
   constexpr bool kShortTails = kTokens == 128 || kShortTailsOverlapped;
   constexpr int kShortTailTokens = 32;
   constexpr int kShortTailMaxK = 4096;
@@ -460,9 +461,12 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   constexpr bool kTwoCtas = w4rs_ctas_per_sm<kTokens, kRowsW>() == 2;
   // A gathering producer with one CTA per SM takes 56 (its consumers 224): distinct address
   // registers for its copies (at 40 every copy reused one pair, and waited for the previous
-  // copy to have read it). The dynamic scheduler's producer takes 32 (its consumers 232): at 24
-  // ptxas spilled one of its registers once the consumers had the staged epilogue.
-  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? (kTwoCtas ? 40 : 56) : (kTwoCtas || kDynamic ? 32 : 24);
+  // copy to have read it). With the 48-token narrow loop it takes 32 (0 spills), so that the
+  // consumers get 104: at 96 ptxas serialized their wgmmas (C7512). The dynamic scheduler's
+  // producer takes 32 (its consumers 232): at 24 ptxas spilled one of its registers once the
+  // consumers had the staged epilogue.
+  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? (kTwoCtas ? (kShortTailsOverlapped ? 32 : 40) : 56)
+                                                                  : (kTwoCtas || kDynamic ? 32 : 24);
   constexpr int kConsumerRegs = ((kTwoCtas ? 80 : 168) * 384 - 128 * kProducerRegs) / 256 / 8 * 8;
 
   extern __shared__ unsigned char moejit_smem[];
