@@ -31,9 +31,10 @@ __host__ __device__ constexpr int w4_sm90_scale_offset(int thread, bool nvfp4) {
 // stored scales are relative to them, formats.hpp), none for NVFP4.
 __host__ __device__ constexpr int w4_sm90_header_bytes(bool nvfp4) { return nvfp4 ? 0 : 128; }
 // Bytes of one 128-row block's run: the header, then k_blocks64 blocks. An expert is
-// ceil(N / 128) runs.
+// ceil(N / 128) runs. The count widens as unsigned (it is never negative): its sign extension was
+// a value of its own, which the Hopper 4-bit kernel's gathering producer spilled (v21).
 __host__ __device__ constexpr long long w4_sm90_run_bytes(int k_blocks64, bool nvfp4) {
-  return w4_sm90_header_bytes(nvfp4) + static_cast<long long>(k_blocks64) * w4_sm90_block_bytes(nvfp4);
+  return w4_sm90_header_bytes(nvfp4) + static_cast<long long>(static_cast<unsigned>(k_blocks64)) * w4_sm90_block_bytes(nvfp4);
 }
 
 // Shared memory of the Hopper 4-bit kernel's staged epilogue (tiles of 128 and 256 tokens): per

@@ -498,9 +498,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   const int num_k_blocks = (p.k + 63) / 64;
   const int n_blocks = (p.n + 127) / 128;  // pre-arranged 128-row blocks (two per 256-row tile)
   constexpr unsigned kHeaderBytes = w4_sm90_header_bytes(kFormat == kNVFP4);
-  // From the count as unsigned: its sign extension was a value of its own, which the gathering
-  // NVFP4 producer (56 registers) spilled.
-  const long long run_bytes = kHeaderBytes + static_cast<long long>(static_cast<unsigned>(num_k_blocks)) * kBlockBytes;
+  const long long run_bytes = w4_sm90_run_bytes(num_k_blocks, kFormat == kNVFP4);
   const int warpgroup = threadIdx.x / 128;
   // Tiles: group-major, tokens as the cursor's "M" side, weight rows as its "N" side.
   GroupTileCursor<kLayout, kTokens, kRowsW> cursor;
