@@ -441,8 +441,9 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   //   the tile, the gathered GEMM1 of gpt-oss at 1024 tokens 0.94x (v21). Static scheduler, rows
   //   not gathered by TMA: those variants serialize their wgmmas with it (C7511/C7512), and so did
   //   the cp.async-gathered one until its producer gave its consumers 104 registers (below).
+  constexpr bool kShortTailsSerial = kTokens == 128;
   constexpr bool kShortTailsOverlapped = kTokens == 48 && kScheduler == kSchedulerStatic && !Fuse::gather_tma;
-  constexpr bool kShortTails = kTokens == 128 || kShortTailsOverlapped;
+  constexpr bool kShortTails = kShortTailsSerial || kShortTailsOverlapped;
   constexpr int kShortTailTokens = 32;
   constexpr int kShortTailMaxK = 4096;
   using ShortTailMma = WgmmaRsOp<kShortTailTokens>;
@@ -762,7 +763,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         const bool short_tail = tile.group_rows - tile.m_block * kTokens <= kShortTailTokens;
         if (kShortTailsOverlapped && short_tail) {
           pipelined_k_loop(true);
-        } else if (!kShortTailsOverlapped && kShortTails && short_tail && p.k <= kShortTailMaxK) {
+        } else if (kShortTailsSerial && short_tail && p.k <= kShortTailMaxK) {
           for (int kb = 0; kb < num_k_blocks; ++kb) {
             widen(frag0);
             const int in_flight = stage;
