@@ -210,6 +210,12 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
                            // 128x192: plain and fused
                            "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5",
                            "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,fuse=scatter+weight+bias",
+                           // 128x256 (two halves per consumer): fused, both schedulers
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,fuse=scatter+weight+bias",
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,sched=dynamic,b_scales=channels,"
+                           "fuse=bias,act=swiglu",
+                           "family=hopper,a=e4m3,b=e4m3,c=f32,tile=128x256x128,stages=4,layout=masked,sched=dynamic,"
+                           "fuse=scatter+weight+atomic,act=gelu",
                            // per-channel weight scales (the row-wise recipe), plain and fused, every tile
                            "family=hopper,a=e4m3,b=e4m3,b_scales=channels",
                            "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=5,b_scales=channels,fuse=bias,act=swiglu",
@@ -347,19 +353,29 @@ TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]
   }
 }
 
-TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per expert, 128x192 from 48", "[compile]") {
+TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per expert, 128x192 or 128x256 from 48", "[compile]") {
   auto candidates = fp8_candidates(Arch{9, 0, true});
-  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
-    for (int k : {768, 2048, 2880, 4096, 7168})
-      for (int rows_per_group : {1, 16, 47, 48, 128, 255, 256, 511, 512, 4096}) {
-        std::vector<int> sizes(256, rows_per_group);
-        GemmProblem p{layout, DType::e4m3, DType::bf16, 256, 4096, k, 256LL * rows_per_group, sizes};
-        KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
-        INFO(s.to_text());
-        CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
-        CHECK(s.tile.m == (rows_per_group < 48 ? 64 : 128));
-        CHECK(s.tile.n == (rows_per_group < 48 ? 256 : 192));
-      }
+  // N = 4096 pads 3% of 192-wide tiles and none of 256-wide ones: 128x256 (256 groups: always 4+
+  // rounds of tiles); N = 2880 and 1536 pad no less to 256: 128x192.
+  for (int n : {4096, 2880, 1536})
+    for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
+      for (int k : {768, 2048, 2880, 4096, 7168})
+        for (int rows_per_group : {1, 16, 47, 48, 128, 255, 256, 511, 512, 4096}) {
+          std::vector<int> sizes(256, rows_per_group);
+          GemmProblem p{layout, DType::e4m3, DType::bf16, 256, n, k, 256LL * rows_per_group, sizes};
+          KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
+          INFO(s.to_text());
+          CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
+          CHECK(s.tile.m == (rows_per_group < 48 ? 64 : 128));
+          CHECK(s.tile.n == (rows_per_group < 48 ? 256 : n == 4096 ? 256 : 192));
+        }
+  // Mixtral down at 1024 tokens (8 groups of ~256 rows): 16 x 16 = 256 tiles of 128x256, under
+  // 4 rounds: 128x192. At 4096 tokens: 128x256.
+  for (auto [rows_per_group, tile_n] : {std::pair{256, 192}, std::pair{1024, 256}}) {
+    const std::vector<int> sizes(8, rows_per_group);  // outlives p (group_rows is a span)
+    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336, 8LL * rows_per_group, sizes};
+    CHECK(choose_spec(p, Arch{9, 0, true}, 132).tile.n == tile_n);
+  }
   GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 7168, 64, {}};
   KernelSpec ampere = choose_spec(p, Arch{8, 0, false}, 108);  // the portable family widens FP8
   CHECK((ampere.family == KernelFamily::portable && ampere.a == DType::e4m3 && ampere.b == DType::e4m3));
@@ -441,14 +457,14 @@ TEST_CASE("hopper heuristic: split=tail where the last round of 128x256 tiles le
     p.fusion.routing_weight = true;
     CHECK(choose_spec(p, Arch{9, 0, true}, 132).split == SplitK::none);
   }
-  // FP8 (128x192 tiles): Mixtral down 1024 makes 20 x 22 = 440 tiles, 3.3 rounds; at 4096 tokens
-  // (~11 rounds) the split kernel's own cost outweighs the tail.
+  // FP8: Mixtral down 1024 makes 20 x 22 = 440 tiles of 128x192, 3.3 rounds; at 4096 tokens it
+  // takes 128x256 tiles (~8 rounds), which have no split=tail.
   for (auto [rows, split] : {std::pair{mixtral_1024, true}, std::pair{std::vector<int>(8, 1030), false}}) {
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336,
                   std::accumulate(rows.begin(), rows.end(), 0LL), rows};
     KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
     INFO(s.to_text());
-    CHECK(s.tile.n == 192);
+    CHECK(s.tile.n == (split ? 192 : 256));
     CHECK((s.split == SplitK::tail) == split);
   }
 }

@@ -315,6 +315,25 @@ TEST_CASE("fp8: 128x192 tiles, a slice over two B scale blocks", "[gpu][fp8]") {
   }
 }
 
+TEST_CASE("fp8: 128x256 tiles, each consumer's slice in two 128-column halves", "[gpu][fp8]") {
+  if (!has_sm90a()) return skip_without_sm90a("FP8");
+  std::mt19937 rng(8108);
+  for (const char* variant : {"c=bf16", "c=bf16,sched=dynamic", "c=f32,layout=masked", "c=f16,b_scales=channels"}) {
+    KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,{}", variant));
+    spec.arch = runtime().arch();
+    const ScalesB scales_b = spec.b_scales == ScaleB::channels ? ScalesB::per_channel : ScalesB::block_128x128;
+    const ScalesA scales_a = spec.b_scales == ScaleB::channels ? ScalesA::per_row : ScalesA::block_1x128;
+    // N = 200: the second half of the only N tile is partial (72 columns). N = 384: the second
+    // tile's second half lies wholly past N. N = 640: three tiles, the last half-filled.
+    auto p = fp8_problem(spec.layout, spec.c, {0, 1, 129, 127, 0, 300, 129}, 200, 400, rng, scales_a, scales_b);
+    run_spec(spec, p, "128x256, N = 200");
+    auto q = fp8_problem(spec.layout, spec.c, {700, 0, 1, 256, 513, 64, 900, 130}, 384, 1024, rng, scales_a, scales_b);
+    run_spec(spec, q, "128x256, N = 384");
+    auto r = fp8_problem(spec.layout, spec.c, {1000, 257, 0, 63}, 640, 768, rng, scales_a, scales_b);
+    run_spec(spec, r, "128x256, N = 640");
+  }
+}
+
 TEST_CASE("fp8: split=tail, the last round's tiles in pieces of K (block and per-channel B scales)", "[gpu][fp8][split]") {
   // As the bf16 [split] case: the last round holds a group ending 4 rows into its last tile, a
   // ragged N tile (N = 320: 192 + 128), K not a multiple of 128 (the last piece's last scale block
@@ -327,6 +346,11 @@ TEST_CASE("fp8: split=tail, the last round's tiles in pieces of K (block and per
   KernelSpec channels = specs.front();
   channels.b_scales = ScaleB::channels;
   specs.push_back(channels);
+  KernelSpec full = specs.front();  // 128x256: a tuner candidate with split=tail too
+  full.tile = TileShape{128, 256, 128};
+  full.stages = 4;
+  full.validate();
+  specs.push_back(full);
   const int sms = runtime().sm_count();
   constexpr int kN = 320;
   std::mt19937 rng(8107);

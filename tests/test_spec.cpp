@@ -136,7 +136,8 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("a=e4m3,b=e4m3,tile=128x256x32,warps=2x4", {"portable FP8: N at most 128"});
   require_rejected("family=hopper,a=e4m3,b=bf16", {"b=bf16 with a=e4m3"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,c=e4m3", {"c=e4m3"});
-  require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x256x128", {"128x128x128|128x192x128|64x256x128"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,tile=256x128x128", {"128x128x128|128x192x128|128x256x128|64x256x128"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=5", {"shared memory"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x128x64", {"tile 128x128x64"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=1x2", {"cluster=1x2"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,stages=8", {"shared memory"});

@@ -243,15 +243,15 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
   std::vector<int> group_rows(128, 4);
   GemmProblem fp8{GroupLayout::contiguous, DType::e4m3, DType::bf16, 128, 4096, 7168, 512, group_rows};
   auto specs = tuning_candidates(fp8, kHopper, 132);
-  CHECK(specs.size() == 12);  // 64x256, 128x128, 128x192, each static and dynamic, each whole and split=tail (K >= 2048)
+  CHECK(specs.size() == 16);  // 64x256, 128x128, 128x192, 128x256, each static and dynamic, each whole and split=tail (K >= 2048)
   int dynamic = 0, split = 0;
   for (auto& s : specs) {
     CHECK((s.a == DType::e4m3 && s.tile.k == 128));
     dynamic += s.scheduler == Scheduler::dynamic;
     split += s.split == SplitK::tail;
   }
-  CHECK(dynamic == 6);
-  CHECK(split == 6);
+  CHECK(dynamic == 8);
+  CHECK(split == 8);
   auto portable = tuning_candidates(fp8, kAmpere, 108);  // the portable family's tiles and schedulers
   CHECK(portable.size() >= 4);
   for (auto& s : portable) CHECK((s.a == DType::e4m3 && s.family == KernelFamily::portable && s.tile.n <= 128));

@@ -39,6 +39,21 @@ constexpr TileChoice kFp8Wide = {{128, 192, 128}, 5, 1, 1};
 // 128x192 whose last partial round runs in pieces of K (split=tail, with_split_tail).
 constexpr TileChoice kFp8WideSplit = {{128, 192, 128}, 5, 1, 1, 1, SplitK::tail};
 constexpr int kFp8WideTileMinRows = 48;  // mean rows per active expert
+// 128x256 (each consumer multiplies its 64x256 slice in two 128-column halves): 10% fewer bytes
+// from L2 per MMA than 128x192, and no padded columns where N is a multiple of 256 but not of 192.
+// In turns against 128x192 (H100, two processes, docs/perf.md v22): 0.93-0.95x the time on
+// DeepSeek-V3 up 4096/16384, Mixtral down 16384 and Qwen3 down 4096/16384, 0.98-0.99x on
+// DeepSeek-V3 down and Mixtral down 4096, Qwen3 down 1024 0.98x; but 1.11-1.12x on Mixtral down
+// 1024 (256 tiles: under two rounds), 1.00-1.02x where 192 pads nothing (Qwen3 up, N = 1536;
+// Mixtral up, 28672) and 1.01-1.07x where 256 pads more (gpt-oss, N = 5760 and 2880). Hence:
+// only where N pads at least 1% less to 256 than to 192, and with at least 4 rounds of tiles.
+constexpr TileChoice kFp8Full = {{128, 256, 128}, 4, 1, 1};
+constexpr int kFp8FullTileMinRounds = 4;
+bool fp8_full_tile_pays(int n, long long rows, long long active, int sm_count) {
+  const long long padded_192 = (n + 191LL) / 192 * 192, padded_256 = (n + 255LL) / 256 * 256;
+  const long long tiles = (rows / 128 + active) * ((n + 255LL) / 256);
+  return padded_256 * 100 <= padded_192 * 99 && tiles >= kFp8FullTileMinRounds * static_cast<long long>(std::max(sm_count, 1));
+}
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
 // beat 64 at 16384 tokens (409-462 vs 295-320 TFLOP/s). Since the 64-token tile runs two CTAs per
@@ -226,7 +241,9 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Elsewhere (and with gather or a split GLU, which the Hopper FP8 kernel does not fuse) the
     // portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
     spec.family = KernelFamily::hopper;
-    spec = with_tile(spec, mean_rows >= kFp8WideTileMinRows ? kFp8Wide : kFp8Small);
+    spec = with_tile(spec, mean_rows < kFp8WideTileMinRows                         ? kFp8Small
+                           : fp8_full_tile_pays(problem.n, rows, active, sm_count) ? kFp8Full
+                                                                                   : kFp8Wide);
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
     spec = with_split_tail(spec, problem, (rows / spec.tile.m + active) * ((problem.n + spec.tile.n - 1) / spec.tile.n),
                            sm_count);
@@ -346,7 +363,7 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
     return out;
   }
   if (!hopper_capable(arch)) return {};
-  for (const TileChoice& t : {kFp8Small, kFp8Large, kFp8Wide, kFp8WideSplit})
+  for (const TileChoice& t : {kFp8Small, kFp8Large, kFp8Wide, kFp8WideSplit, kFp8Full})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (DType c : {DType::bf16, DType::f16, DType::f32})
         for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {

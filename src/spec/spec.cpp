@@ -373,11 +373,13 @@ void KernelSpec::validate() const {
   } else if (a == DType::e4m3) {
     // FP8 block-scaled kernel (kernel_templates/moejit/hopper_fp8/): what it implements so far.
     if (!(arch.sm() == 90 && arch.arch_specific)) fail("arch={} (hopper family needs sm_90a)", arch.to_text());
-    // 128x192x128: chosen for long K and full groups (docs/perf.md v7).
-    if (!(tile.m == 128 && tile.n == 128 && tile.k == 128) && !(tile.m == 64 && tile.n == 256 && tile.k == 128) &&
-        !(tile.m == 128 && tile.n == 192 && tile.k == 128))
-      fail("tile {}x{}x{} (FP8 allows: 128x128x128|128x192x128|64x256x128; K = one 128-wide scale block)", tile.m,
-           tile.n, tile.k);
+    // 128x192x128: chosen for long K and full groups (docs/perf.md v7). 128x256x128: its consumers
+    // multiply their 256 columns in two halves (docs/perf.md v22).
+    const bool fp8_tile_ok = tile.k == 128 && ((tile.m == 128 && (tile.n == 128 || tile.n == 192 || tile.n == 256)) ||
+                                               (tile.m == 64 && tile.n == 256));
+    if (!fp8_tile_ok)
+      fail("tile {}x{}x{} (FP8 allows: 128x128x128|128x192x128|128x256x128|64x256x128; K = one 128-wide scale block)",
+           tile.m, tile.n, tile.k);
     if (cluster_m != 1 || cluster_n != 1) fail("cluster={}x{} (FP8: 1x1)", cluster_m, cluster_n);
   } else if (is_weight_only_4bit()) {
     // 4-bit weight-only kernel (kernel_templates/moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh):

@@ -96,16 +96,22 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // A consumer warpgroup's columns lie in one 128-wide scale block of B, or (128x192) in two: its
   // 192 columns start at a multiple of 64, so the first block's part is 128 or 64 columns wide.
   static_assert((kBlockM == 128 && kBlockN == 128) || (kBlockM == 64 && kBlockN == 256) ||
-                    (kBlockM == 128 && kBlockN == 192),
-                "FP8 tiles: 128x128 or 128x192 (consumers split rows) or 64x256 (consumers split columns)");
+                    (kBlockM == 128 && kBlockN == 192) || (kBlockM == 128 && kBlockN == 256),
+                "FP8 tiles: 128x128, 128x192 or 128x256 (consumers split rows) or 64x256 (consumers split columns)");
   static_assert(fp8_smem_bytes<kBlockM, kBlockN, kStages>() <= 232448, "stages do not fit in 227 KB");
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
   static_assert(!kSplitTail || !Fuse::any, "split=tail: unfused kernels only (a bias would be added once per piece)");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // 128
-  using Mma = WgmmaFp8Op<kWgN>;
-  constexpr int kAccRegs = Mma::kRegs;
+  // 128x256: a consumer's 64x256 slice is multiplied in two 128-column halves, one after the
+  // other, into a 64-register `part`: 128 for `acc` + 64 for `part` fit where two 128-register
+  // tiles would not. Each half is one B scale block (the slice starts at a multiple of 256).
+  constexpr int kHalves = kWgN == 256 ? 2 : 1;
+  constexpr int kPartN = kWgN / kHalves;
+  using Mma = WgmmaFp8Op<kPartN>;
+  constexpr int kAccRegs = kWgN / 2;
+  constexpr int kPartRegs = Mma::kRegs;
   constexpr unsigned kRowBytes = kFp8BlockK;
   constexpr unsigned kABytes = kBlockM * kRowBytes;
   constexpr unsigned kBBytes = kBlockN * kRowBytes;
@@ -189,7 +195,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     const unsigned long long a_desc0 = wgmma_desc_sw128(a_stages + a_offset);
     const unsigned long long b_desc0 = wgmma_desc_sw128(b_stages + b_offset);
     float acc[kAccRegs];
-    float part[kAccRegs];
+    float part[kPartRegs];
     int stage = 0;
     unsigned phase = 0;
     for (int tile_iter = 0;; ++tile_iter) {
@@ -228,7 +234,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // 128x192: columns [split, 192) of the slice take the next scale block's scale (or, past N,
       // where nothing is stored, this block's again: the read stays inside B's scales).
       constexpr bool kTwoScaleBlocks = kWgN > 128;
-      static_assert(!kTwoScaleBlocks || (kWgN == 192 && !kSplitN), "two scale blocks: the 128x192 tile, n0 a multiple of 64");
+      static_assert(!kTwoScaleBlocks || ((kWgN == 192 || kWgN == 256) && !kSplitN),
+                    "two scale blocks: the 128x192 tile (n0 a multiple of 64) or 128x256 (a multiple of 256)");
       const int split = kTwoScaleBlocks ? 128 - n0 % 128 : kWgN;
       const float* sb_block_hi = kTwoScaleBlocks && n0 + split < p.n ? sb_block + k_blocks : sb_block;
       const long long a_stride = p.total_rows;
@@ -254,46 +261,55 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         // each k32 step cost ~40 instructions per k-block).
         const unsigned long long a_desc = wgmma_desc_advance<kABytes>(a_desc0, stage);
         const unsigned long long b_desc = wgmma_desc_advance<kBBytes>(b_desc0, stage);
-        wgmma_fence_operands(part);
-        wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < kFp8BlockK / 32; ++k)
-          Mma::mma(part, wgmma_desc_advance<32>(a_desc, k), wgmma_desc_advance<32>(b_desc, k), k != 0);
-        wgmma_commit();
-        // Next block's scales load while the MMAs run.
         float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = kChannelScalesB ? 1.f : 0.f, next_sb_hi = next_sb;
-        if (kb + 1 < kb_end) {
-          next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
-          next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
-          if constexpr (!kChannelScalesB) {
-            next_sb = __ldg(sb_block + kb + 1);
-            if constexpr (kTwoScaleBlocks) next_sb_hi = __ldg(sb_block_hi + kb + 1);
-          }
-        }
-        wgmma_wait<0>();
-        wgmma_fence_operands(part);
-        if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
-        if (++stage == kStages) stage = 0, phase ^= 1;
-        // Register 4j + 2h + e of the m64nN layout belongs to row lane/4 + 8h, column 8j + ...
-        // 128x192: registers from column `split` on take the next block's scale (hi). The slice
-        // starts at a multiple of 64 (n0 = n_block * 192), so split is 64 or 128: columns [0, 64)
-        // are always lo, [128, 192) always hi, and only [64, 128) depends on split: one select
-        // per k-block instead of one per register group (SASS: 17 FSEL + 28 FMUL fewer).
-        // With one block per slice every column is lo and the second scale folds away.
-        const float lo0 = sa0 * sb, lo1 = sa1 * sb;
-        float mid0 = lo0, mid1 = lo1, hi0 = lo0, hi1 = lo1;
-        if constexpr (kTwoScaleBlocks) {
-          hi0 = sa0 * sb_hi, hi1 = sa1 * sb_hi;
-          mid0 = split > 64 ? lo0 : hi0, mid1 = split > 64 ? lo1 : hi1;
-        }
 #pragma unroll
-        for (int j = 0; j < kAccRegs / 4; ++j) {
-          const float scale0 = 8 * j < 64 ? lo0 : 8 * j < 128 ? mid0 : hi0;
-          const float scale1 = 8 * j < 64 ? lo1 : 8 * j < 128 ? mid1 : hi1;
-          acc[4 * j + 0] = fmaf(part[4 * j + 0], scale0, acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(part[4 * j + 1], scale0, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(part[4 * j + 2], scale1, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(part[4 * j + 3], scale1, acc[4 * j + 3]);
+        for (int half = 0; half < kHalves; ++half) {
+          const unsigned long long b_half = wgmma_desc_advance<kPartN * kRowBytes>(b_desc, half);
+          wgmma_fence_operands(part);
+          wgmma_fence();
+#pragma unroll
+          for (int k = 0; k < kFp8BlockK / 32; ++k)
+            Mma::mma(part, wgmma_desc_advance<32>(a_desc, k), wgmma_desc_advance<32>(b_half, k), k != 0);
+          wgmma_commit();
+          // Next block's scales load while the MMAs run.
+          if (half == kHalves - 1 && kb + 1 < kb_end) {
+            next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
+            next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
+            if constexpr (!kChannelScalesB) {
+              next_sb = __ldg(sb_block + kb + 1);
+              if constexpr (kTwoScaleBlocks) next_sb_hi = __ldg(sb_block_hi + kb + 1);
+            }
+          }
+          wgmma_wait<0>();
+          wgmma_fence_operands(part);
+          if (half == kHalves - 1) {
+            if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
+            if (++stage == kStages) stage = 0, phase ^= 1;
+          }
+          // Register 4j + 2h + e of the m64nN layout belongs to row lane/4 + 8h, column 8j + ...
+          // 128x192: registers from column `split` on take the next block's scale (hi). The slice
+          // starts at a multiple of 64 (n0 = n_block * 192), so split is 64 or 128: columns [0, 64)
+          // are always lo, [128, 192) always hi, and only [64, 128) depends on split: one select
+          // per k-block instead of one per register group (SASS: 17 FSEL + 28 FMUL fewer).
+          // 128x256: the first half is lo, the second hi. With one block per slice every column is
+          // lo and the second scale folds away.
+          const float lo0 = sa0 * sb, lo1 = sa1 * sb;
+          float mid0 = lo0, mid1 = lo1, hi0 = lo0, hi1 = lo1;
+          if constexpr (kTwoScaleBlocks) {
+            hi0 = sa0 * sb_hi, hi1 = sa1 * sb_hi;
+            mid0 = split > 64 ? lo0 : hi0, mid1 = split > 64 ? lo1 : hi1;
+          }
+#pragma unroll
+          for (int j = 0; j < kPartRegs / 4; ++j) {
+            const int col = half * kPartN + 8 * j;  // the slice's column of register group j
+            const float scale0 = col < 64 ? lo0 : col < 128 ? mid0 : hi0;
+            const float scale1 = col < 64 ? lo1 : col < 128 ? mid1 : hi1;
+            float* const out = acc + half * kPartRegs + 4 * j;
+            out[0] = fmaf(part[4 * j + 0], scale0, out[0]);
+            out[1] = fmaf(part[4 * j + 1], scale0, out[1]);
+            out[2] = fmaf(part[4 * j + 2], scale1, out[2]);
+            out[3] = fmaf(part[4 * j + 3], scale1, out[3]);
+          }
         }
         sb_hi = next_sb_hi;
         sa0 = next_sa0, sa1 = next_sa1, sb = next_sb;
