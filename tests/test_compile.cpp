@@ -355,8 +355,8 @@ TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]
 
 TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per expert, 128x192 or 128x256 from 48", "[compile]") {
   auto candidates = fp8_candidates(Arch{9, 0, true});
-  // N = 4096 pads 3% of 192-wide tiles and none of 256-wide ones: 128x256 (256 groups: always 4+
-  // rounds of tiles); N = 2880 and 1536 pad no less to 256: 128x192.
+  // N = 4096 pads 3% of 192-wide tiles and none of 256-wide ones, N = 1536 pads neither: 128x256
+  // (256 groups: always 4+ rounds of tiles); N = 2880 pads more to 256: 128x192.
   for (int n : {4096, 2880, 1536})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (int k : {768, 2048, 2880, 4096, 7168})
@@ -367,7 +367,7 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per e
           INFO(s.to_text());
           CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
           CHECK(s.tile.m == (rows_per_group < 48 ? 64 : 128));
-          CHECK(s.tile.n == (rows_per_group < 48 ? 256 : n == 4096 ? 256 : 192));
+          CHECK(s.tile.n == (rows_per_group < 48 ? 256 : n == 2880 ? 192 : 256));
         }
   // Mixtral down at 1024 tokens (8 groups of ~256 rows): 16 x 16 = 256 tiles of 128x256, under
   // 4 rounds: 128x192. At 4096 tokens: 128x256.

@@ -271,11 +271,15 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           for (int k = 0; k < kFp8BlockK / 32; ++k)
             Mma::mma(part, wgmma_desc_advance<32>(a_desc, k), wgmma_desc_advance<32>(b_half, k), k != 0);
           wgmma_commit();
-          // Next block's scales load while the MMAs run.
-          if (half == kHalves - 1 && kb + 1 < kb_end) {
-            next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
-            next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
-            if constexpr (!kChannelScalesB) {
+          // Next block's scales load while the MMAs run: A's (per row: the likelier misses) with the
+          // first half, B's with the last (all four with the first made ptxas spill 16-48 bytes on
+          // 128x256's dynamic and split variants).
+          if (kb + 1 < kb_end) {
+            if (half == 0) {
+              next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
+              next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
+            }
+            if (half == kHalves - 1 && !kChannelScalesB) {
               next_sb = __ldg(sb_block + kb + 1);
               if constexpr (kTwoScaleBlocks) next_sb_hi = __ldg(sb_block_hi + kb + 1);
             }
