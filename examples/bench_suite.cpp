@@ -3,7 +3,8 @@
 // (warm-up, then the median of repeated launches) and prints one CSV row per case:
 //   model,gemm,tokens,E,topk,N,K,sumM,active,ms,tflops,gbps,spec
 // BENCH_SPECS="tile=128x192x64,stages=5;..." additionally times each case with each of these
-// overrides of the chosen spec (rows marked by their spec), for tuning; MODELS=a,b limits models.
+// overrides of the chosen spec (rows marked by their spec), for tuning; MODELS=a,b limits models,
+// GEMMS=up or down the GEMMs timed.
 // An override that does not validate for a case (BENCH_SPECS=cluster=2x1 on 64-row decode tiles)
 // is skipped for that case with a note on stderr.
 // It also writes the routing of every case to ROUTING_FILE (argv[1], default routing.csv) so that
@@ -292,6 +293,7 @@ int main(int argc, char** argv) {
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   const char* only_models = std::getenv("MODELS");
+  const char* only_gemms = std::getenv("GEMMS");
   for (const MoeModel& m : moejit::examples::kMoeModels) {
     if (only_models && !std::strstr(only_models, m.name)) continue;
     // Weights are allocated once per model and GEMM, at the largest shape.
@@ -368,6 +370,15 @@ int main(int argc, char** argv) {
         if (w4) {
           args.b_type = w4_type;
           if (w4_type == moejit::DType::nvfp4) args.b_tensor_scales = static_cast<const float*>(d_b_scales);
+        }
+        // GEMMS=down (or up): time only those; the case's routing and operands are still drawn, so
+        // that the other cases keep the routing of a full run (Nsight Compute: --launch-skip 0).
+        if (only_gemms && !std::strstr(only_gemms, gemm)) {
+          cudaFree(d_a);
+          cudaFree(d_c);
+          cudaFree(d_off);
+          cudaFree(d_a_scales);
+          continue;
         }
         if (tune_mode) {
           moejit::TuneResult r = rt.tune(args, nullptr, tune_options);

@@ -94,7 +94,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const FusionParams* f = nullptr) {
   static_assert(!Fuse::gather && !Fuse::glu_split, "FP8 Hopper kernel: no gather, no split GLU");
   // A consumer warpgroup's columns lie in one 128-wide scale block of B, or (128x192) in two: its
-  // 192 columns start at a multiple of 64, so the first block's part is 128 or 64 columns wide.
+  // 192 columns start at a multiple of 64, so the first block's part is 128 or 64 columns wide; or
+  // (128x256) in two, one per 128-column half.
   static_assert((kBlockM == 128 && kBlockN == 128) || (kBlockM == 64 && kBlockN == 256) ||
                     (kBlockM == 128 && kBlockN == 192) || (kBlockM == 128 && kBlockN == 256),
                 "FP8 tiles: 128x128, 128x192 or 128x256 (consumers split rows) or 64x256 (consumers split columns)");
