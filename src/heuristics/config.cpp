@@ -41,7 +41,7 @@ constexpr TileChoice kFp8WideSplit = {{128, 192, 128}, 5, 1, 1, 1, SplitK::tail}
 constexpr int kFp8WideTileMinRows = 48;  // mean rows per active expert
 // 128x256 (each consumer multiplies its 64x256 slice in two 128-column halves): 10% fewer bytes
 // from L2 per MMA than 128x192, and no padded columns where N is a multiple of 256 but not of 192.
-// In turns against 128x192 (H100, docs/perf.md v22, two processes agreeing within 1%): 0.94-0.97x
+// In turns against 128x192 (H100, docs/perf.md v22, two processes agreeing within 2%): 0.94-0.97x
 // the time on DeepSeek-V3 at 4096 and 16384 tokens, Mixtral down 16384 and Qwen3 down, 0.95x on
 // Mixtral up 1024, 0.97-0.99x on Mixtral down 4096 and Qwen3 up 4096/16384, 0.99-1.00x on Mixtral
 // up 4096/16384; but 1.01-1.02x on Mixtral down 1024 (256 tiles: under two rounds), and where 256
