@@ -16,7 +16,9 @@ struct GemmProblem {
   int n = 0;
   int k = 0;
   long long total_rows = 0;       // contiguous: ΣM; masked: an estimate of valid rows if known, else capacity × groups
-  std::span<const int> group_rows;  // per-group valid rows when known (may be empty)
+  // Per-group valid rows when known (may be empty). A view: the rows must outlive the problem (a
+  // temporary vector in a brace initializer dangles by the next statement).
+  std::span<const int> group_rows;
   std::optional<DType> b_type;      // B's type where it differs from ab_type (mxfp4 | nvfp4)
   Fusion fusion{};                  // built into the chosen spec (configs that cannot take it are avoided)
   ScaleB b_scales = ScaleB::blocks;  // FP8: B's scale layout (channels: the Hopper FP8 kernel only)
