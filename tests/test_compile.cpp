@@ -355,9 +355,10 @@ TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]
 
 TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per expert, 128x192 or 128x256 from 48", "[compile]") {
   auto candidates = fp8_candidates(Arch{9, 0, true});
-  // N = 4096 pads 3% of 192-wide tiles and none of 256-wide ones, N = 1536 pads neither: 128x256
-  // (256 groups: always 4+ rounds of tiles); N = 2880 pads more to 256: 128x192.
-  for (int n : {4096, 2880, 1536})
+  // N = 4096 pads 3% of 192-wide tiles and none of 256-wide ones, N = 1536 pads neither, N = 5760
+  // pads 2.2% more to 256: 128x256 (256 groups: always 4+ rounds of tiles); N = 2880 pads 6.7% more
+  // to 256: 128x192.
+  for (int n : {4096, 2880, 1536, 5760})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (int k : {768, 2048, 2880, 4096, 7168})
         for (int rows_per_group : {1, 16, 47, 48, 128, 255, 256, 511, 512, 4096}) {
