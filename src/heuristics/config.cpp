@@ -50,11 +50,15 @@ constexpr int kFp8WideTileMinRows = 48;  // mean rows per active expert
 // least 4 rounds of tiles.
 constexpr TileChoice kFp8Full = {{128, 256, 128}, 4, 1, 1};
 constexpr int kFp8FullTileMinRounds = 4;
+// The tiles of a launch without the groups' sizes: each active group's rows fill whole tiles plus
+// (at most) one partial one.
+long long estimated_tiles(long long rows, long long active, int n, TileShape tile) {
+  return (rows / tile.m + active) * ((n + tile.n - 1LL) / tile.n);
+}
 bool fp8_full_tile_pays(int n, long long rows, long long active, int sm_count) {
   const long long padded_192 = (n + 191LL) / 192 * 192, padded_256 = (n + 255LL) / 256 * 256;
-  const long long tiles = (rows / 128 + active) * ((n + 255LL) / 256);
   return padded_256 * 100 <= padded_192 * 103 &&
-         tiles >= kFp8FullTileMinRounds * static_cast<long long>(std::max(sm_count, 1));
+         estimated_tiles(rows, active, n, kFp8Full.tile) >= kFp8FullTileMinRounds * static_cast<long long>(std::max(sm_count, 1));
 }
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
@@ -122,9 +126,8 @@ bool hopper_capable(const Arch& arch) { return arch.sm() == 90 && arch.arch_spec
 // sharing B in L2: DeepSeek-V3 up 16384 274 vs 578. The FP8 kernel follows the same rule
 // (docs/perf.md v10).
 Scheduler scheduler_for(long long active, long long rows, int n, TileShape tile, int sm_count) {
-  const long long n_tiles = (n + tile.n - 1) / tile.n;
-  const long long tiles = (rows / tile.m + active) * n_tiles;
-  return active > 1 && tiles > std::max(sm_count, 1) ? Scheduler::dynamic : Scheduler::static_persistent;
+  return active > 1 && estimated_tiles(rows, active, n, tile) > std::max(sm_count, 1) ? Scheduler::dynamic
+                                                                                      : Scheduler::static_persistent;
 }
 
 KernelSpec with_tile(KernelSpec spec, const TileChoice& t) {
@@ -247,8 +250,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
                            : fp8_full_tile_pays(problem.n, rows, active, sm_count) ? kFp8Full
                                                                                    : kFp8Wide);
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
-    spec = with_split_tail(spec, problem, (rows / spec.tile.m + active) * ((problem.n + spec.tile.n - 1) / spec.tile.n),
-                           sm_count);
+    spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
     spec.validate();
     return spec;
   }
@@ -262,7 +264,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     if (arch.sm() == 86 || arch.sm() == 89) spec.stages = 3;  // 99 KB of shared memory per block
   }
   spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
-  const long long tiles = (rows / spec.tile.m + active) * ((problem.n + spec.tile.n - 1) / spec.tile.n);
+  const long long tiles = estimated_tiles(rows, active, problem.n, spec.tile);
   // CTA pairs sharing A (TMA multicast) pull 40 instead of 48 KB per k-block from L2: measured on
   // the H100 (docs/perf.md, v4) +7-9% on long compute-bound launches (Mixtral 16384 up/down,
   // DeepSeek-V3 16384 up), but 1-20% slower with short K (Qwen3, K = 768/2048) or short launches
