@@ -3,7 +3,8 @@
 # (128x256x64 s4, CTA pairs, dynamic scheduler, contiguous), a portable one (128x128x32, masked,
 # dynamic) and four unfused quantized ones (portable FP8 and MXFP4, Hopper NVFP4 4-bit and FP8) are compiled with nvcc against kernel_templates/ of BASE (default: the merge base with main) and of the
 # working tree, and their cuobjdump -sass compared. CPU only. Usage: [KEEP=1] tests/sass_identity.sh [BASE]
-# (KEEP=1 leaves the work folder with both trees' .sass files for a diff).
+# (KEEP=1 leaves the work folder with both trees' .sass files for a diff). The Hopper 4-bit kernel
+# takes its tail rows' tensor map since the commit that added them: a BASE before it does not compile it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 base=${1:-$(git -C "$root" merge-base HEAD main)}
@@ -45,8 +46,9 @@ CU
 cat > "$work/hopper_w4.cu" <<'CU'
 #include "moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh"
 extern "C" __global__ void __launch_bounds__(384, 1) moejit_grouped_gemm(
-    const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::TmaDescriptor tma_a) {
-  moejit::hopper::grouped_gemm_w4_rs<128, 8, moejit::kF16, moejit::kLayoutMasked, moejit::kNVFP4>(p, tma_a);
+    const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::TmaDescriptor tma_a,
+    const __grid_constant__ moejit::TmaDescriptor tma_tail) {
+  moejit::hopper::grouped_gemm_w4_rs<128, 8, moejit::kF16, moejit::kLayoutMasked, moejit::kNVFP4>(p, tma_a, tma_tail);
 }
 CU
 cat > "$work/hopper_fp8.cu" <<'CU'

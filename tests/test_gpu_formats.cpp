@@ -547,6 +547,24 @@ TEST_CASE("w4: short last tiles (<= 32 rows): the narrow wgmma on 128- and 48-to
       }
 }
 
+TEST_CASE("w4: a group's last <= 24 rows absorbed into its last 128-token tile (tail rows)", "[gpu][w4]") {
+  if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
+  std::mt19937 rng(4110);
+  // 129..152 rows: one tile with a tail; 153: a tile and a 25-row short tail; 280 / 281: two tiles,
+  // the second with 24 tail rows / a third tile; 408: three tiles, the last with 24; the rest:
+  // empty, single-row, short and exactly whole groups beside them. The dynamic scheduler has no
+  // tail rows (w4_sm90_tail_rows): the same groups on it as a check of the plain path.
+  const std::vector<int> groups = {152, 153, 129, 280, 281, 0, 408, 1, 150, 128, 256, 100, 140};
+  for (DType b : {DType::mxfp4, DType::nvfp4})
+    for (const char* variant : {"layout=contiguous,c=bf16", "layout=masked,c=f16", "layout=contiguous,c=bf16,sched=dynamic"})
+      for (int k : {448, 416}) {  // 416: a half K block (MXFP4 needs K % 32 == 0)
+        KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},tile=128x128x64,stages=8,{}", to_text(b), variant));
+        spec.arch = runtime().arch();
+        auto p = w4_problem(spec.layout, b, spec.c, groups, 200, k, rng);
+        run_spec(spec, p, fmt::format("tail rows, K = {}", k));
+      }
+}
+
 TEST_CASE("w4: high-level call picks a 4-bit config and is correct (decode and prefill sizes)", "[gpu][w4]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   std::mt19937 rng(4103);

@@ -166,8 +166,16 @@ TEST_CASE("4-bit weight-only hopper spec: defaults, canonical text, shared memor
   CHECK(s.dynamic_smem_bytes() == 8 * (64 * 128 + 4352) + 2048);  // w4rs_smem_bytes<64, 8, kMXFP4>()
   auto nv = KernelSpec::parse("family=hopper,b=nvfp4,tile=128x128x64,layout=masked,c=f16");
   nv.validate();
-  CHECK(nv.dynamic_smem_bytes() == 8 * (128 * 128 + 4608) + 2048 + 2 * 128 * 144);  // + the staged epilogue's C rows
+  // + 24 absorbed tail rows per stage (static, unfused 128-token tiles) and the staged epilogue's C rows
+  CHECK(nv.dynamic_smem_bytes() == 8 * ((128 + 24) * 128 + 4608) + 2048 + 2 * 128 * 144);
+  CHECK(nv.dynamic_smem_bytes() <= 227 * 1024);
   CHECK(KernelSpec::parse(nv.to_text()) == nv);
+  auto nv_dynamic = nv;  // no tail rows with the dynamic scheduler, nor with fusions
+  nv_dynamic.scheduler = Scheduler::dynamic;
+  CHECK(nv_dynamic.dynamic_smem_bytes() == 8 * (128 * 128 + 4608) + 2048 + 2 * 128 * 144);
+  auto nv_fused = nv;
+  nv_fused.fusion.scatter_c = true;
+  CHECK(nv_fused.dynamic_smem_bytes() == nv_dynamic.dynamic_smem_bytes());
   CHECK_FALSE(KernelSpec::parse("family=hopper").is_weight_only_4bit());
   auto portable = KernelSpec::parse("family=portable,arch=sm_80,b=nvfp4,c=f32");  // the 16-bit tile defaults
   portable.validate();

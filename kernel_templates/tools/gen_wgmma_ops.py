@@ -52,11 +52,11 @@ template <int kN>
 struct WgmmaRsOp;
 """,
 }
-WIDTHS = {"bf16": [32, 64, 96, 128, 192, 256], "fp8": [64, 96, 128, 192, 256], "rs": [16, 32, 48, 64, 128, 256]}
+WIDTHS = {"bf16": [32, 64, 96, 128, 192, 256], "fp8": [64, 96, 128, 192, 256], "rs": [16, 24, 32, 48, 64, 128, 256]}
 
 
 def accumulators(nreg):
-    return ",\n          ".join(", ".join(f'"+f"(d[{i+j}])' for j in range(8)) for i in range(0, nreg, 8))
+    return ",\n          ".join(", ".join(f'"+f"(d[{i+j}])' for j in range(min(8, nreg - i))) for i in range(0, nreg, 8))
 
 
 def op(kind, n, half=False):

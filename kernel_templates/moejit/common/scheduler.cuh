@@ -23,7 +23,10 @@ struct TileCoord {
   int group_rows;   // valid rows of this group
 };
 
-template <int kLayout, int kBlockM, int kBlockN>
+// kTailRows: a group's last kBlockM-row tile also takes up to this many rows past its kBlockM
+// (the 4-bit kernel's absorbed tails, common/w4_layout.cuh), so a group of kBlockM < rows <=
+// kBlockM + kTailRows is one tile, not two.
+template <int kLayout, int kBlockM, int kBlockN, int kTailRows = 0>
 struct GroupTileCursor {
   int group = 0;
   int tiles_before = 0;  // tiles of groups [0, group)
@@ -44,9 +47,19 @@ struct GroupTileCursor {
     }
   }
 
+  // M tiles of a group of `rows` rows (>= 0).
+  __device__ __forceinline__ static int m_tiles_of(int rows) {
+    if constexpr (kTailRows == 0) {
+      return (int)(((unsigned)rows + kBlockM - 1) / kBlockM);
+    } else {
+      return (int)(((unsigned)(rows > kBlockM ? rows - kTailRows : rows) + kBlockM - 1) / kBlockM);
+    }
+  }
+
   __device__ __forceinline__ void load_group(const GroupedGemmParams& p) {
     read_extent(p, group, row_begin, group_rows);
-    m_tiles = (group_rows + kBlockM - 1) / kBlockM;
+    // (Signed here, unsigned in seek_warp, as before the tail rows: the other kernels' SASS unchanged.)
+    m_tiles = kTailRows == 0 ? (group_rows + kBlockM - 1) / kBlockM : m_tiles_of(group_rows);
     group_tiles = m_tiles * ((p.n + kBlockN - 1) / kBlockN);
   }
 
@@ -85,7 +98,7 @@ struct GroupTileCursor {
       const int g = group + lane;
       int lo = 0, rows = 0;
       if (g < p.num_groups) read_extent(p, g, lo, rows);
-      const int m = (int)(((unsigned)rows + kBlockM - 1) / kBlockM), tiles = m * n_tiles;
+      const int m = m_tiles_of(rows), tiles = m * n_tiles;
       int through = tiles;  // tiles of groups group .. g
 #pragma unroll
       for (int d = 1; d < 32; d *= 2) {

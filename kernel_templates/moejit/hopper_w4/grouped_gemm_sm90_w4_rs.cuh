@@ -378,11 +378,13 @@ struct WeightBlocks {
   }
 };
 
-// kRowsW: weight rows per tile, 128 (one pre-arranged block per stage) or 256 (two).
-template <int kTokens, int kStages, int kFormat = kMXFP4, int kRowsW = 128>
+// kRowsW: weight rows per tile, 128 (one pre-arranged block per stage) or 256 (two). Per stage: the
+// tile's token rows, the absorbed tail rows' slot (w4_sm90_tail_rows) and the weight blocks.
+template <int kTokens, int kStages, int kFormat = kMXFP4, int kRowsW = 128, bool kFused = false,
+          int kScheduler = kSchedulerStatic>
 __host__ __device__ constexpr int w4rs_smem_bytes() {
-  return kStages * (kTokens * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) + 2048 +
-         w4_sm90_c_staging_bytes(kTokens);
+  return kStages * ((kTokens + w4_sm90_tail_rows(kTokens, kFused, kScheduler == kSchedulerDynamic)) * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) +
+         2048 + w4_sm90_c_staging_bytes(kTokens);
 }
 
 // CTAs per SM: the 16-, 32-, 48- and 64-token tiles (decode, small groups) run two, for twice the warps
@@ -415,13 +417,13 @@ __host__ __device__ constexpr int w4rs_ctas_per_sm() {
 template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP4, class Fuse = NoFusion,
           int kRowsW = 128, int kScheduler = kSchedulerStatic>
 __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
-                                                   const FusionParams* f = nullptr) {
+                                                   const TmaDescriptor& tma_tail, const FusionParams* f = nullptr) {
   static_assert(!Fuse::glu_split && !Fuse::atomic, "4-bit Hopper kernel: no split GLU, no atomic combine");
   static_assert(kTokens == 16 || kTokens == 32 || kTokens == 48 || kTokens == 64 || kTokens == 128 || kTokens == 256,
                 "tokens per tile: 16, 32, 48, 64, 128 or 256");
   static_assert(kFormat == kMXFP4 || kFormat == kNVFP4, "4-bit weights: MXFP4 or NVFP4");
   static_assert(kRowsW == 128 || (kRowsW == 256 && kTokens == 64), "weight rows per tile: 128, or 256 with 64 tokens");
-  static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW>() <= 232448, "stages do not fit in 227 KB");
+  static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW, Fuse::any, kScheduler>() <= 232448, "stages do not fit in 227 KB");
   constexpr unsigned kBlockBytes = w4_block_bytes<kFormat>();
   constexpr unsigned kScaleBytes = w4_sm90_quad_scale_bytes(kFormat == kNVFP4);  // per consumer thread per stage (its quad's copy)
   static_assert(kTypeC == kBF16 || kTypeC == kF16, "prototype: 16-bit C");
@@ -447,7 +449,16 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   constexpr int kShortTailTokens = 32;
   constexpr int kShortTailMaxK = 4096;
   using ShortTailMma = WgmmaRsOp<kShortTailTokens>;
+  // A group's last tile of more than kTokens rows (at most kTailRows more; common/w4_layout.cuh):
+  // its tail rows come by a second TMA copy (tma_tail: kTailRows-row boxes) into the stage's tail
+  // slot (tail_stages: a ring of its own, so that the tile's stages keep their power-of-two stride
+  // and the wide k-loop its descriptor arithmetic), and a narrow wgmma per k step multiplies them
+  // with the same widened weights into acc_tail, stored from registers after the staged epilogue.
+  constexpr int kTailRows = w4_sm90_tail_rows(kTokens, Fuse::any, kScheduler == kSchedulerDynamic);
+  using TailMma = WgmmaRsOp<kTailRows != 0 ? kTailRows : 16>;
   constexpr unsigned kXBytes = kTokens * 128;  // 64 K of BF16 per token row
+  constexpr unsigned kTailBytes = kTailRows * 128;
+  static_assert(kTailBytes % 1024 == 0, "tail slots start on 1024-byte swizzle atoms");
   constexpr int kConsumerThreads = 256;  // each arrives on a stage's empty barrier (retire below)
   constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
   // Registers: one CTA per SM starts every thread at 168 (65536 / 384, rounded down to 8), two at
@@ -473,7 +484,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   extern __shared__ unsigned char moejit_smem[];
   const unsigned smem_base = smem_addr(moejit_smem);
   const unsigned x_stages = (smem_base + 1023u) & ~1023u;
-  const unsigned w_stages = x_stages + kStages * kXBytes;
+  const unsigned tail_stages = x_stages + kStages * kXBytes;
+  const unsigned w_stages = tail_stages + kStages * kTailBytes;
   const unsigned full_bars = w_stages + kStages * kBlocks * kBlockBytes;
   const unsigned empty_bars = full_bars + 8 * kStages;
   TileRing<> ring(empty_bars + 8 * kStages);
@@ -486,6 +498,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(tma_a);
+    if constexpr (kTailRows != 0) tma_prefetch_descriptor(tma_tail);
     for (int st = 0; st < kStages; ++st) {
       // fuse=gather: + one cp.async arrival per producer thread (the token rows come by cp.async).
       mbarrier_init(full_bars + 8 * st, Fuse::gather && !Fuse::gather_tma ? 1 + 128 : 1);
@@ -502,7 +515,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   const long long run_bytes = w4_sm90_run_bytes(num_k_blocks, kFormat == kNVFP4);
   const int warpgroup = threadIdx.x / 128;
   // Tiles: group-major, tokens as the cursor's "M" side, weight rows as its "N" side.
-  GroupTileCursor<kLayout, kTokens, kRowsW> cursor;
+  GroupTileCursor<kLayout, kTokens, kRowsW, kTailRows> cursor;
   TileCoord tile;
   // Producer and consumer warps walk the groups 32 per step (seek_warp), which pays at decode; on
   // the static 64-token tile it made ptxas serialize the wgmmas (C7512 at 80 registers; in the
@@ -510,6 +523,30 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   // static 48-token tile (warp walks serialized its gathered GLU variant's wgmmas, C7512). The
   // gathering producer's warps walk with seek_warp on every tile (ptxas reports the same there).
   constexpr bool kWarpSeek = !((kTokens == 48 || kTokens == 64) && !kDynamic);
+  // The static scheduler's tile of round `tile_iter`: with tail rows, the CTAs trade places inside
+  // aligned runs of 8 from round to round (place = CTA ^ (round % 8), unless that lies past the grid).
+  // Why: where every group has the same M-tile count (4 at 512 rows per expert), tile i's M block is
+  // i mod 4 in every round (132 = 4 x 33), so the same CTAs would get every group's last, tail-carrying
+  // (slower) tile. Measured (H100, docs/perf.md v23, geomeans over DeepSeek-V3, gpt-oss and Qwen3):
+  // without the exchange MXFP4 takes 1.02 / 1.00x the time at 4096 / 16384 tokens, NVFP4 1.09 / 1.05x. The tiles of a round, and so what
+  // shares B in L2, are the same. (A rotation by one per round needs a division, and with it ptxas
+  // serialized the NVFP4 tile's wgmmas, C7511.)
+  auto static_tile = [&](int tile_iter) {
+    if constexpr (kTailRows != 0) {
+      const unsigned swapped = blockIdx.x ^ ((unsigned)tile_iter & 7u);
+      return (int)(tile_iter * gridDim.x + (swapped < gridDim.x ? swapped : blockIdx.x));
+    } else {
+      return (int)(blockIdx.x + tile_iter * gridDim.x);
+    }
+  };
+  // Whether `c` is a group's last tile with tail rows: more than kTokens rows from its start and at
+  // most kTokens + kTailRows. (A tile before a group's last always has more: the cursor absorbs tails
+  // of at most kTailRows, so a last tile after others holds more than kTailRows. Testing "more than
+  // kTokens" alone took every tile before a group's last for one: the n24 wgmmas and the tail copies
+  // on 3 of 4 tiles at 512 rows per expert, 1.07-1.12x the time, docs/perf.md v23.)
+  auto carries_tail = [&](const TileCoord& c) {
+    return kTailRows != 0 && (unsigned)(c.group_rows - c.m_block * kTokens - kTokens - 1) < (unsigned)kTailRows;
+  };
   auto seek_tile = [&](int tile_index) {
     return kWarpSeek ? cursor.seek_warp(p, tile_index, tile) : cursor.seek(p, tile_index, tile);
   };
@@ -575,12 +612,13 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
-        const int tile_index = kDynamic ? ring.publish_warp(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
+        const int tile_index = kDynamic ? ring.publish_warp(p.tile_counter) : static_tile(tile_iter);
         if (!seek_tile(tile_index)) {
           if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
           break;
         }
         const int x_row = tile.row_begin + tile.m_block * kTokens;
+        const bool tail = carries_tail(tile);
         const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, run_bytes, kHeaderBytes);
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           // The whole warp waits; lane 0 issues. (With lane 0 alone in this loop and the other
@@ -588,8 +626,9 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
           if (threadIdx.x == 0) {
             const unsigned full = full_bars + 8 * stage;
-            mbarrier_arrive_expect_tx(full, kXBytes + kBlocks * kBlockBytes);
+            mbarrier_arrive_expect_tx(full, kXBytes + (tail ? kTailBytes : 0u) + kBlocks * kBlockBytes);
             tma_load_2d(x_stages + stage * kXBytes, tma_a, full, kb * 64, x_row);
+            if (tail) tma_load_2d(tail_stages + stage * kTailBytes, tma_tail, full, kb * 64, x_row + kTokens);
             w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full);
           }
           __syncwarp(kWalkers);
@@ -609,6 +648,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     auto slice_part = [&](int i) { return kBlocks == 2 ? i : consumer; };
 
     float acc[kSlices][kAccRegs];
+    float acc_tail[kSlices][TailMma::kRegs];  // a group's tail rows past the tile's kTokens (kTailRows != 0)
     int stage = 0;
     unsigned phase = 0;
     // Widens this thread's weights of the current stage into `frag` (all four k16 steps: their
@@ -670,15 +710,21 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     // Issues the current stage's four wgmmas and moves to the next stage.
     // Descriptors advanced from the first stage's, as in the FP8 kernel.
     const unsigned long long x_desc0 = wgmma_desc_sw128(x_stages);
+    const unsigned long long tail_desc0 = wgmma_desc_sw128(tail_stages);
     auto fence_acc = [&] {
 #pragma unroll
-      for (int i = 0; i < kSlices; ++i) wgmma_fence_operands(acc[i]);
+      for (int i = 0; i < kSlices; ++i) {
+        wgmma_fence_operands(acc[i]);
+        if constexpr (kTailRows != 0) wgmma_fence_operands(acc_tail[i]);
+      }
     };
-    // short_tail (a constant at each call, so that each k-loop below has one kind of wgmma; a
+    // The k-loop's kind of wgmma (a constant at each call, so that each k-loop below has one kind; a
     // generic lambda here crashed NVRTC 13.0; a run-time choice serialized them, C7519/C7520):
-    // multiply only the tile's first kShortTailTokens token rows, into the first registers of acc,
-    // where the wide wgmma puts those tokens' sums.
-    auto issue = [&](const unsigned (&frag)[kSlices][4][4], bool first, bool short_tail) {
+    // kLoopShortTail multiplies only the tile's first kShortTailTokens token rows, into the first
+    // registers of acc, where the wide wgmma puts those tokens' sums; kLoopWithTail multiplies the
+    // tile's kTokens and, with the same widened weights, the stage's tail rows into acc_tail.
+    constexpr int kLoopWide = 0, kLoopShortTail = 1, kLoopWithTail = 2;
+    auto issue = [&](const unsigned (&frag)[kSlices][4][4], bool first, int loop) {
       const unsigned long long x_desc = wgmma_desc_advance<kXBytes>(x_desc0, stage);
       fence_acc();
       wgmma_fence();
@@ -687,12 +733,17 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
 #pragma unroll
         for (int i = 0; i < kSlices; ++i) {
           if constexpr (kShortTails) {
-            if (short_tail) {
+            if (loop == kLoopShortTail) {
               ShortTailMma::mma(acc[i], frag[i][kk], wgmma_desc_advance<32>(x_desc, kk), !first || kk != 0);
               continue;
             }
           }
           Mma::mma(acc[i], frag[i][kk], wgmma_desc_advance<32>(x_desc, kk), !first || kk != 0);
+          if constexpr (kTailRows != 0) {
+            if (loop == kLoopWithTail)
+              TailMma::mma(acc_tail[i], frag[i][kk], wgmma_desc_advance<32>(wgmma_desc_advance<kTailBytes>(tail_desc0, stage), kk),
+                           !first || kk != 0);
+          }
         }
       wgmma_commit();
       fence_acc();
@@ -710,26 +761,26 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     };
     unsigned frag0[kSlices][4][4], frag1[kSlices][4][4];
     // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both fragment
-    // sets stay in fixed registers. short_tail: a constant at each call (see issue).
-    auto pipelined_k_loop = [&](bool short_tail) {
+    // sets stay in fixed registers. loop: a constant at each call (see issue).
+    auto pipelined_k_loop = [&](int loop) {
       widen(frag0);
       int in_flight = stage;
-      issue(frag0, true, short_tail);
+      issue(frag0, true, loop);
       for (int kb = 1; kb < num_k_blocks; kb += 2) {
         widen(frag1);
         retire(in_flight);
         in_flight = stage;
-        issue(frag1, false, short_tail);
+        issue(frag1, false, loop);
         if (kb + 1 >= num_k_blocks) break;
         widen(frag0);
         retire(in_flight);
         in_flight = stage;
-        issue(frag0, false, short_tail);
+        issue(frag0, false, loop);
       }
       retire(in_flight);
     };
     for (int tile_iter = 0;; ++tile_iter) {
-      const int tile_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
+      const int tile_index = kDynamic ? ring.take(lane) : static_tile(tile_iter);
       if (!seek_tile(tile_index)) break;
       // acc register 4j + 2h + e of slice i: weight row slice_row(i) + 8h, token 8j + 2(lane%4) + e.
       auto slice_row = [&](int i) {
@@ -756,22 +807,24 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       W4PassRows<Fuse> first_pass;
       if constexpr (kStagedC && Fuse::epilogue) first_pass.load(*f, tile, tile.m_block * kTokens, lane);
       if (num_k_blocks > 0) {
-        // A group's last tile that holds at most kShortTailTokens of its rows (random routing ends
-        // about half of the 512 +- 22-row groups of gpt-oss and DeepSeek-V3 at 16384 tokens 1-22 rows
-        // into a fifth 128-token tile; at decode about half the 32 +- 6-row groups fit in 32): the
-        // narrow wgmma. The tokens past the group in acc's other registers are never stored.
+        // A group's last tile that holds at most kShortTailTokens of its rows (at decode about half
+        // the 32 +- 6-row groups fit in 32; at prefill the 128-token tile absorbs most such tails
+        // into the tile before them, kTailRows): the narrow wgmma. The tokens past the group in
+        // acc's other registers are never stored.
         const bool short_tail = tile.group_rows - tile.m_block * kTokens <= kShortTailTokens;
         if (kShortTailsOverlapped && short_tail) {
-          pipelined_k_loop(true);
+          pipelined_k_loop(kLoopShortTail);
         } else if (kShortTailsSerial && short_tail && p.k <= kShortTailMaxK) {
           for (int kb = 0; kb < num_k_blocks; ++kb) {
             widen(frag0);
             const int in_flight = stage;
-            issue(frag0, kb == 0, true);
+            issue(frag0, kb == 0, kLoopShortTail);
             retire(in_flight);
           }
+        } else if (carries_tail(tile)) {
+          pipelined_k_loop(kLoopWithTail);
         } else {
-          pipelined_k_loop(false);
+          pipelined_k_loop(kLoopWide);
         }
       }
       if (num_k_blocks == 0) {
@@ -783,9 +836,14 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       if constexpr (kFormat == kNVFP4) {
         const float tensor_scale = __ldg(p.scale_b_tensor + tile.group) * 512.f;  // and the 2^9 of the widening
 #pragma unroll
-        for (int i = 0; i < kSlices; ++i)
+        for (int i = 0; i < kSlices; ++i) {
 #pragma unroll
           for (int r = 0; r < kAccRegs; ++r) acc[i][r] *= tensor_scale;
+          if constexpr (kTailRows != 0) {
+#pragma unroll
+            for (int r = 0; r < TailMma::kRegs; ++r) acc_tail[i][r] *= tensor_scale;
+          }
+        }
       } else {
         // MXFP4: x 2^exponent per weight row (exact; an FP32 power of two for every exponent 0..126).
 #pragma unroll
@@ -795,6 +853,11 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
             const float factor = __uint_as_float((((row_exponents >> (8 * (2 * i + h))) & 0xFFu) + 127u) << 23);
 #pragma unroll
             for (int j = 0; j < kAccRegs / 4; ++j) acc[i][4 * j + 2 * h] *= factor, acc[i][4 * j + 2 * h + 1] *= factor;
+            if constexpr (kTailRows != 0) {
+#pragma unroll
+              for (int j = 0; j < TailMma::kRegs / 4; ++j)
+                acc_tail[i][4 * j + 2 * h] *= factor, acc_tail[i][4 * j + 2 * h + 1] *= factor;
+            }
           }
       }
       const int token_base = tile.m_block * kTokens + 2 * (lane % 4);
@@ -814,6 +877,13 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
           w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
         } else {
           w4_store<kTypeC, kAccRegs>(p, acc[i], tile, n_base, token_base, lane);
+        }
+        // The tail rows (tokens kTokens.. of the tile), from registers: masked, not branched on. A tile
+        // without tail rows stores none (its acc_tail is stale; its rows there are the next tile's).
+        if constexpr (kTailRows != 0) {
+          TileCoord tail_rows = tile;
+          tail_rows.group_rows = carries_tail(tile) ? tile.group_rows : 0;
+          w4_store<kTypeC, TailMma::kRegs>(p, acc_tail[i], tail_rows, n_base, token_base + kTokens, lane);
         }
       }
     }

@@ -27,6 +27,23 @@ struct WgmmaRsOp<16> {
 };
 
 template <>
+struct WgmmaRsOp<24> {
+  static constexpr int kRegs = 12;
+  template <int kD>
+  __device__ __forceinline__ static void mma(float (&d)[kD], const unsigned (&a)[4], unsigned long long desc_b,
+                                             int scale_d) {
+    static_assert(kD >= kRegs, "the accumulators, or a wider tile's first kRegs");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, %16, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
 struct WgmmaRsOp<32> {
   static constexpr int kRegs = 16;
   template <int kD>
