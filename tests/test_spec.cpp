@@ -170,12 +170,15 @@ TEST_CASE("4-bit weight-only hopper spec: defaults, canonical text, shared memor
   CHECK(nv.dynamic_smem_bytes() == 8 * ((128 + 24) * 128 + 4608) + 2048 + 2 * 128 * 144);
   CHECK(nv.dynamic_smem_bytes() <= 227 * 1024);
   CHECK(KernelSpec::parse(nv.to_text()) == nv);
-  auto nv_dynamic = nv;  // no tail rows with the dynamic scheduler, nor with fusions
+  auto nv_dynamic = nv;  // no tail rows with the dynamic scheduler
   nv_dynamic.scheduler = Scheduler::dynamic;
   CHECK(nv_dynamic.dynamic_smem_bytes() == 8 * (128 * 128 + 4608) + 2048 + 2 * 128 * 144);
-  auto nv_fused = nv;
-  nv_fused.fusion.scatter_c = true;
-  CHECK(nv_fused.dynamic_smem_bytes() == nv_dynamic.dynamic_smem_bytes());
+  auto nv_gathered = nv;  // gathered token rows have no tail rows either (other fusions do)
+  nv_gathered.fusion.gather_a = true;
+  CHECK(nv_gathered.dynamic_smem_bytes() == nv_dynamic.dynamic_smem_bytes());
+  auto nv_scattered = nv;
+  nv_scattered.fusion.scatter_c = nv_scattered.fusion.routing_weight = true;
+  CHECK(nv_scattered.dynamic_smem_bytes() == nv.dynamic_smem_bytes());
   CHECK_FALSE(KernelSpec::parse("family=hopper").is_weight_only_4bit());
   auto portable = KernelSpec::parse("family=portable,arch=sm_80,b=nvfp4,c=f32");  // the 16-bit tile defaults
   portable.validate();

@@ -380,10 +380,10 @@ struct WeightBlocks {
 
 // kRowsW: weight rows per tile, 128 (one pre-arranged block per stage) or 256 (two). Per stage: the
 // tile's token rows, the absorbed tail rows' slot (w4_sm90_tail_rows) and the weight blocks.
-template <int kTokens, int kStages, int kFormat = kMXFP4, int kRowsW = 128, bool kFused = false,
+template <int kTokens, int kStages, int kFormat = kMXFP4, int kRowsW = 128, bool kGathered = false,
           int kScheduler = kSchedulerStatic>
 __host__ __device__ constexpr int w4rs_smem_bytes() {
-  return kStages * ((kTokens + w4_sm90_tail_rows(kTokens, kFused, kScheduler == kSchedulerDynamic)) * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) +
+  return kStages * ((kTokens + w4_sm90_tail_rows(kTokens, kGathered, kScheduler == kSchedulerDynamic)) * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) +
          2048 + w4_sm90_c_staging_bytes(kTokens);
 }
 
@@ -423,7 +423,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
                 "tokens per tile: 16, 32, 48, 64, 128 or 256");
   static_assert(kFormat == kMXFP4 || kFormat == kNVFP4, "4-bit weights: MXFP4 or NVFP4");
   static_assert(kRowsW == 128 || (kRowsW == 256 && kTokens == 64), "weight rows per tile: 128, or 256 with 64 tokens");
-  static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW, Fuse::any, kScheduler>() <= 232448, "stages do not fit in 227 KB");
+  static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW, Fuse::gather, kScheduler>() <= 232448, "stages do not fit in 227 KB");
   constexpr unsigned kBlockBytes = w4_block_bytes<kFormat>();
   constexpr unsigned kScaleBytes = w4_sm90_quad_scale_bytes(kFormat == kNVFP4);  // per consumer thread per stage (its quad's copy)
   static_assert(kTypeC == kBF16 || kTypeC == kF16, "prototype: 16-bit C");
@@ -454,7 +454,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   // slot (tail_stages: a ring of its own, so that the tile's stages keep their power-of-two stride
   // and the wide k-loop its descriptor arithmetic), and a narrow wgmma per k step multiplies them
   // with the same widened weights into acc_tail, stored from registers after the staged epilogue.
-  constexpr int kTailRows = w4_sm90_tail_rows(kTokens, Fuse::any, kScheduler == kSchedulerDynamic);
+  constexpr int kTailRows = w4_sm90_tail_rows(kTokens, Fuse::gather, kScheduler == kSchedulerDynamic);
   using TailMma = WgmmaRsOp<kTailRows != 0 ? kTailRows : 16>;
   constexpr unsigned kXBytes = kTokens * 128;  // 64 K of BF16 per token row
   constexpr unsigned kTailBytes = kTailRows * 128;
@@ -880,10 +880,14 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         }
         // The tail rows (tokens kTokens.. of the tile), from registers: masked, not branched on. A tile
         // without tail rows stores none (its acc_tail is stale; its rows there are the next tile's).
+        // With epilogue fusions, w4_fused_store's math and scatter (its row loads only for these rows).
         if constexpr (kTailRows != 0) {
           TileCoord tail_rows = tile;
           tail_rows.group_rows = carries_tail(tile) ? tile.group_rows : 0;
-          w4_store<kTypeC, TailMma::kRegs>(p, acc_tail[i], tail_rows, n_base, token_base + kTokens, lane);
+          if constexpr (Fuse::epilogue)
+            w4_fused_store<kTypeC, Fuse, TailMma::kRegs>(p, *f, acc_tail[i], tail_rows, n_base, token_base + kTokens, lane);
+          else
+            w4_store<kTypeC, TailMma::kRegs>(p, acc_tail[i], tail_rows, n_base, token_base + kTokens, lane);
         }
       }
     }
