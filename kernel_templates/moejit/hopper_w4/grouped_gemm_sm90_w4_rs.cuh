@@ -563,10 +563,14 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       const unsigned short* const x_base = static_cast<const unsigned short*>(p.a);
       GatherRowsSm90<kTokens> rows((int)threadIdx.x);
       GatherRowsTmaSm90<kTokens> tma_rows;
+      // A tail-carrying tile's extra rows, gathered the same way into its stage's tail slot.
+      constexpr int kGatherTail = kTailRows != 0 ? kTailRows : 16;
+      GatherRowsSm90<kGatherTail> tail_rows((int)threadIdx.x);
+      GatherRowsTmaSm90<kGatherTail> tma_tail_rows;
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
-        int tile_index = (int)(blockIdx.x + tile_iter * gridDim.x);
+        int tile_index = static_tile(tile_iter);
         if constexpr (kDynamic) {
           if (threadIdx.x < 32) {
             tile_index = ring.publish_warp(p.tile_counter);
@@ -584,18 +588,33 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
           tma_rows.load_tokens(f->gather_rows, x_row, rows_valid, f->num_tokens, (int)threadIdx.x);
         else
           rows.load_tokens(f->gather_rows, x_row, rows_valid, f->num_tokens, p.k);
+        const bool tail = carries_tail(tile);
+        if constexpr (kTailRows != 0) {
+          if (tail) {
+            if constexpr (Fuse::gather_tma)
+              tma_tail_rows.load_tokens(f->gather_rows, x_row + kTokens, rows_valid - kTokens, f->num_tokens, (int)threadIdx.x);
+            else
+              tail_rows.load_tokens(f->gather_rows, x_row + kTokens, rows_valid - kTokens, f->num_tokens, p.k);
+          }
+        }
         const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, run_bytes, kHeaderBytes);
         for (int kb = 0; kb < num_k_blocks; ++kb) {
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
           const unsigned full = full_bars + 8 * stage;
           if (threadIdx.x == 0) {
-            mbarrier_arrive_expect_tx(full, kBlocks * kBlockBytes + (Fuse::gather_tma ? tma_rows.tx_bytes(rows_valid) : 0u));
+            unsigned row_bytes = 0;
+            if constexpr (Fuse::gather_tma)
+              row_bytes = tma_rows.tx_bytes(rows_valid) + (tail ? tma_tail_rows.tx_bytes(rows_valid - kTokens) : 0u);
+            mbarrier_arrive_expect_tx(full, kBlocks * kBlockBytes + row_bytes);
             w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full);
           }
           if constexpr (Fuse::gather_tma) {
             tma_rows.copy_k_block(x_stages + stage * kXBytes, tma_a, full, kb * 64, (int)threadIdx.x);
+            if (kTailRows != 0 && tail)
+              tma_tail_rows.copy_k_block(tail_stages + stage * kTailBytes, tma_a, full, kb * 64, (int)threadIdx.x);
           } else {
             rows.copy_k_block(x_stages + stage * kXBytes, x_base, p.k, kb * 64);
+            if (kTailRows != 0 && tail) tail_rows.copy_k_block(tail_stages + stage * kTailBytes, x_base, p.k, kb * 64);
             cp_async_mbarrier_arrive_noinc(full);
           }
           if (++stage == kStages) stage = 0, phase ^= 1;
