@@ -450,8 +450,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   constexpr int kShortTailMaxK = 4096;
   using ShortTailMma = WgmmaRsOp<kShortTailTokens>;
   // A group's last tile of more than kTokens rows (at most kTailRows more; common/w4_layout.cuh):
-  // its tail rows come by a second TMA copy (tma_tail: kTailRows-row boxes) into the stage's tail
-  // slot (tail_stages: a ring of its own, so that the tile's stages keep their power-of-two stride
+  // its tail rows come by a second TMA copy (tma_tail: kTailRows-row boxes; gathered: as the tile's
+  // rows are gathered) into the stage's tail slot (tail_stages: a ring of its own, so that the tile's stages keep their power-of-two stride
   // and the wide k-loop its descriptor arithmetic), and a narrow wgmma per k step multiplies them
   // with the same widened weights into acc_tail, stored from registers after the staged epilogue.
   constexpr int kTailRows = w4_sm90_tail_rows(kTokens, Fuse::gather, kScheduler == kSchedulerDynamic);
