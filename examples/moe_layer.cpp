@@ -32,7 +32,7 @@
 //
 //   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all] [--tokens 16,1024,16384]
 //             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4] [--route-only]
-//             [--gemm1-spec tile=256x128x64,stages=5]
+//             [--gemm1-spec tile=256x128x64,stages=4]
 //   --gemm1-spec: these spec fields replace the heuristic's in the fused GEMM1 (for tuning and
 //   profiling; the plain GEMM1 beside it keeps the heuristic's)
 //   --route-only: time and check route() alone (no weights), e.g. DeepSeek-V3 at 16384 tokens

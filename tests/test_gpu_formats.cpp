@@ -500,7 +500,7 @@ TEST_CASE("w4: 16- and 32-token tiles (two CTAs per SM)", "[gpu][w4]") {
 TEST_CASE("w4: 256-token and 256-row tiles, mixed groups, ragged N, partial K, several tiles per CTA", "[gpu][w4]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   std::mt19937 rng(4106);
-  for (const char* tile : {"tile=256x128x64,stages=5", "tile=64x256x64,stages=8"})
+  for (const char* tile : {"tile=256x128x64,stages=4", "tile=64x256x64,stages=8"})
   for (DType b : {DType::mxfp4, DType::nvfp4})
     for (const char* variant : {"layout=contiguous,c=bf16", "layout=masked,c=f16"}) {
       KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},{},{}", to_text(b), tile, variant));
@@ -517,7 +517,7 @@ TEST_CASE("w4: 256-token and 256-row tiles, mixed groups, ragged N, partial K, s
 TEST_CASE("w4: prefill tiles' C row copies at N's end, partial groups", "[gpu][w4]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   std::mt19937 rng(4107);
-  for (const char* tile : {"tile=128x128x64,stages=8", "tile=256x128x64,stages=5"})
+  for (const char* tile : {"tile=128x128x64,stages=8", "tile=256x128x64,stages=4"})
     for (DType b : {DType::mxfp4, DType::nvfp4})
       for (int n : {328, 8}) {
         KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},{}", to_text(b), tile));
@@ -535,7 +535,7 @@ TEST_CASE("w4: prefill tiles' C row copies at N's end, partial groups", "[gpu][w
 TEST_CASE("w4: short last tiles (<= 32 rows): the narrow wgmma on 128- and 48-token tiles", "[gpu][w4]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   std::mt19937 rng(4108);
-  for (const char* tile : {"tile=128x128x64,stages=8", "tile=256x128x64,stages=5", "tile=48x128x64,stages=8"})
+  for (const char* tile : {"tile=128x128x64,stages=8", "tile=256x128x64,stages=4", "tile=48x128x64,stages=8"})
     for (DType b : {DType::mxfp4, DType::nvfp4})
       for (const char* variant : {"layout=contiguous,c=bf16", "layout=masked,c=f16"}) {
         KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},{},{}", to_text(b), tile, variant));
@@ -547,7 +547,7 @@ TEST_CASE("w4: short last tiles (<= 32 rows): the narrow wgmma on 128- and 48-to
       }
 }
 
-TEST_CASE("w4: a group's last <= 24 rows absorbed into its last 128-token tile (tail rows)", "[gpu][w4]") {
+TEST_CASE("w4: a group's last <= 24 rows absorbed into its last 128- or 256-token tile (tail rows)", "[gpu][w4]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   std::mt19937 rng(4110);
   // 129..152 rows: one tile with a tail; 153: a tile and a 25-row short tail; 280 / 281: two tiles,
@@ -555,14 +555,18 @@ TEST_CASE("w4: a group's last <= 24 rows absorbed into its last 128-token tile (
   // empty, single-row, short and exactly whole groups beside them. The dynamic scheduler has no
   // tail rows (w4_sm90_tail_rows): the same groups on it as a check of the plain path.
   const std::vector<int> groups = {152, 153, 129, 280, 281, 0, 408, 1, 150, 128, 256, 100, 140};
-  for (DType b : {DType::mxfp4, DType::nvfp4})
-    for (const char* variant : {"layout=contiguous,c=bf16", "layout=masked,c=f16", "layout=contiguous,c=bf16,sched=dynamic"})
-      for (int k : {448, 416}) {  // 416: a half K block (MXFP4 needs K % 32 == 0)
-        KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},tile=128x128x64,stages=8,{}", to_text(b), variant));
-        spec.arch = runtime().arch();
-        auto p = w4_problem(spec.layout, b, spec.c, groups, 200, k, rng);
-        run_spec(spec, p, fmt::format("tail rows, K = {}", k));
-      }
+  // The 256-token tile (its tail loop one stage at a time): 257..280 rows one tile with a tail, 281
+  // two tiles, 536 two with 24 tail rows, 537 three.
+  const std::vector<int> groups_256 = {280, 281, 257, 536, 537, 0, 1, 300, 256, 512, 270};
+  for (const char* tile : {"tile=128x128x64,stages=8", "tile=256x128x64,stages=4"})
+    for (DType b : {DType::mxfp4, DType::nvfp4})
+      for (const char* variant : {"layout=contiguous,c=bf16", "layout=masked,c=f16", "layout=contiguous,c=bf16,sched=dynamic"})
+        for (int k : {448, 416}) {  // 416: a half K block (MXFP4 needs K % 32 == 0)
+          KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},{},{}", to_text(b), tile, variant));
+          spec.arch = runtime().arch();
+          auto p = w4_problem(spec.layout, b, spec.c, spec.tile.m == 256 ? groups_256 : groups, 200, k, rng);
+          run_spec(spec, p, fmt::format("tail rows, K = {}", k));
+        }
 }
 
 TEST_CASE("w4: high-level call picks a 4-bit config and is correct (decode and prefill sizes)", "[gpu][w4]") {

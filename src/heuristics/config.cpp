@@ -81,14 +81,15 @@ constexpr TileChoice kW4Mid = {{48, 128, 64}, 8, 1, 1};
 constexpr int kW4MidTileMaxRows = 36;
 constexpr TileChoice kW4Large = {{128, 128, 64}, 8, 1, 1};
 constexpr int kW4LargeTileMinRows = 48;
-// 256 tokens per tile (5 stages: 6 fit MXFP4 but not NVFP4) from 256 rows per expert: each widened
+// 256 tokens per tile (4 stages since v23: with the absorbed tail rows' slots 5 do not fit; 5 before,
+// 6 fit MXFP4 but not NVFP4) from 256 rows per expert: each widened
 // weight serves twice the tokens, so the widening's share of the issue slots halves (prefill).
 // H100, same process, 16384 tokens: MXFP4 +0…+31% over 128 (Mixtral down 7.55 → 5.74 ms), NVFP4
 // +8…+21%; at 4096 tokens 128 still wins where groups hold 128 rows (gpt-oss, DeepSeek-V3), 256
 // where they hold 1024 (Mixtral); at 256 rows (Qwen3) within ±2% but for NVFP4 up (256: +12%).
 // With fuse=gather too since v10's leaner gather (4 instructions per copy instead of ~10): the
 // gpt-oss MXFP4 GEMM1 at 16384 tokens 4.30 ms on it against 4.59 on 128 tokens (plain 4.16).
-constexpr TileChoice kW4Prefill = {{256, 128, 64}, 5, 1, 1};
+constexpr TileChoice kW4Prefill = {{256, 128, 64}, 4, 1, 1};
 constexpr int kW4PrefillTileMinRows = 256;  // gathered A (fuse=gather), the v10 rule above
 // Unfused and scatter-only kernels, re-measured with the configs timed in turns (bench_suite
 // BENCH_INTERLEAVE=1, H100, v17; docs/results/2026-11-25-v17-w4-prefill-tile.txt): 128 tokens beat

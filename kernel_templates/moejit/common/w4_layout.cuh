@@ -46,15 +46,16 @@ __host__ __device__ constexpr int w4_sm90_c_staging_bytes(int tokens) {
   return tokens >= 128 ? 2 * 128 * w4_sm90_c_staging_row_bytes() : 0;
 }
 
-// Rows past a whole 128-token tile that a group's last such tile multiplies too, instead of a tile
-// of its own (128-token tiles; 16 where the producer gathers the rows, in whole 16-row steps): each widened weight then serves up to 152 tokens. Why: the
+// Rows past a whole 128- or 256-token tile that a group's last such tile multiplies too, instead of a
+// tile of its own (16 where the producer gathers the rows, in whole 16-row steps): each widened weight then serves up to 152 tokens. Why: the
 // widening, not the MMA, paces a tile, so a group's short last tile cost nearly a whole one; random
 // routing ends about half the 512 +- 22-row groups of DeepSeek-V3 and gpt-oss at 16384 tokens (and
 // of the 128 +- 11-row ones at 4096) a few rows into a tile (docs/perf.md v23). 24: with 8 stages
-// the extra rows' 3 KB per stage still fit in 227 KB (32 would not). Static scheduler only: with the
-// dynamic one's 232-register consumers ptxas serialized the MXFP4 tile's wgmmas (C7511).
+// the extra rows' 3 KB per stage still fit in 227 KB (32 would not); the 256-token tile then takes 4
+// stages (5 do not fit). Static scheduler only: with the dynamic one's 232-register consumers ptxas
+// serialized the MXFP4 tile's wgmmas (C7511).
 __host__ __device__ constexpr int w4_sm90_tail_rows(int tokens, bool gathered, bool dynamic) {
-  return tokens == 128 && !dynamic ? (gathered ? 16 : 24) : 0;
+  return (tokens == 128 || tokens == 256) && !dynamic ? (gathered ? 16 : 24) : 0;
 }
 
 // Code words. The fragment layout (formats.hpp) names "code byte" 4 kk + p: the pair p = 0..3 of

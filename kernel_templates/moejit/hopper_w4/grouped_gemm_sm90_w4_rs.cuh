@@ -841,7 +841,18 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
             retire(in_flight);
           }
         } else if (carries_tail(tile)) {
-          pipelined_k_loop(kLoopWithTail);
+          // 256 tokens: one stage at a time (with the pipelined loop's two fragment sets beside 128 +
+          // 12 accumulators ptxas serialized every wgmma, C7512).
+          if constexpr (kTokens == 256) {
+            for (int kb = 0; kb < num_k_blocks; ++kb) {
+              widen(frag0);
+              const int in_flight = stage;
+              issue(frag0, kb == 0, kLoopWithTail);
+              retire(in_flight);
+            }
+          } else {
+            pipelined_k_loop(kLoopWithTail);
+          }
         } else {
           pipelined_k_loop(kLoopWide);
         }
