@@ -12,13 +12,13 @@
 #include <unordered_map>
 
 #include "cache/kernel_cache.hpp"
-#include "moejit/common/w4_layout.cuh"  // w4_sm90_tail_rows: the 4-bit kernel's tail rows map
 #include "cache/spec_key.hpp"
 #include "cache/tuning_table.hpp"
 #include "driver/driver_api.hpp"
 #include "driver/tensor_map.hpp"
 #include "heuristics/config.hpp"
 #include "heuristics/tuning.hpp"
+#include "moejit/common/w4_layout.cuh"  // w4_sm90_tail_rows: the 4-bit kernel's tail rows map
 #include "moejit/errors.hpp"
 #include "moejit/moejit.hpp"
 #include "moejit/params.cuh"
@@ -263,9 +263,9 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     // TMA copy per row (1-row boxes).
     std::uint64_t rows = std::max(static_cast<unsigned>(fusion.gather_a ? args.num_tokens : p.total_rows), 1u);
     TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, gather_box_rows(fusion, spec.tile.m), 64);
-    // A group's tail rows absorbed into its last 128-token tile come in boxes of their own
+    // A group's tail rows absorbed into its last 128- or 256-token tile come in boxes of their own
     // (common/w4_layout.cuh, w4_sm90_tail_rows; gathered tails come as the tile's rows do); kernels
-    // without them take a copy of tma_a.
+    // without them take a copy of tma_a (decode tiles: no second encode on their launches).
     const int tail_rows = fusion.gather_a ? 0 : w4_sm90_tail_rows(spec.tile.m, false, spec.scheduler == Scheduler::dynamic);
     TmaDescriptor tma_tail = tail_rows != 0 ? make_tma_2d_swizzled(args.a, spec.a, rows, args.k, tail_rows, 64) : tma_a;
     void* params[] = {&p, &tma_a, &tma_tail, &fp};  // the unfused kernel takes the first three

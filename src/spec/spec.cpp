@@ -269,7 +269,7 @@ int KernelSpec::dynamic_smem_bytes() const {
     // block (common/w4_layout.cuh: 4096 bytes of codes + 256 (MXFP4) or 512 (NVFP4) of scales).
     // 256 weight rows per tile: two blocks per stage. Tiles of 128 and 256 tokens add the C
     // staging of their epilogue (w4_sm90_c_staging_bytes).
-    // 128-token tiles of TMA-loaded rows hold a group's absorbed last rows (w4_sm90_tail_rows).
+    // Static 128- and 256-token tiles hold a group's absorbed last rows too (w4_sm90_tail_rows).
     return stages * ((tile.m + w4_sm90_tail_rows(tile.m, fusion.gather_a, scheduler == Scheduler::dynamic)) * 128 + (tile.n / 128) * w4_sm90_block_bytes(b == DType::nvfp4)) +
            2048 + w4_sm90_c_staging_bytes(tile.m);
   }
