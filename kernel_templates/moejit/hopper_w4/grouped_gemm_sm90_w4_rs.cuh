@@ -565,8 +565,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       GatherRowsTmaSm90<kTokens> tma_rows;
       // A tail-carrying tile's extra rows, gathered the same way into its stage's tail slot.
       constexpr int kGatherTail = kTailRows != 0 ? kTailRows : 16;
-      GatherRowsSm90<kGatherTail> tail_rows((int)threadIdx.x);
-      GatherRowsTmaSm90<kGatherTail> tma_tail_rows;
+      GatherRowsSm90<kGatherTail> tail_gather((int)threadIdx.x);
+      GatherRowsTmaSm90<kGatherTail> tail_gather_tma;
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
@@ -592,9 +592,9 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         if constexpr (kTailRows != 0) {
           if (tail) {
             if constexpr (Fuse::gather_tma)
-              tma_tail_rows.load_tokens(f->gather_rows, x_row + kTokens, rows_valid - kTokens, f->num_tokens, (int)threadIdx.x);
+              tail_gather_tma.load_tokens(f->gather_rows, x_row + kTokens, rows_valid - kTokens, f->num_tokens, (int)threadIdx.x);
             else
-              tail_rows.load_tokens(f->gather_rows, x_row + kTokens, rows_valid - kTokens, f->num_tokens, p.k);
+              tail_gather.load_tokens(f->gather_rows, x_row + kTokens, rows_valid - kTokens, f->num_tokens, p.k);
           }
         }
         const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, run_bytes, kHeaderBytes);
@@ -604,17 +604,17 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
           if (threadIdx.x == 0) {
             unsigned row_bytes = 0;
             if constexpr (Fuse::gather_tma)
-              row_bytes = tma_rows.tx_bytes(rows_valid) + (tail ? tma_tail_rows.tx_bytes(rows_valid - kTokens) : 0u);
+              row_bytes = tma_rows.tx_bytes(rows_valid) + (tail ? tail_gather_tma.tx_bytes(rows_valid - kTokens) : 0u);
             mbarrier_arrive_expect_tx(full, kBlocks * kBlockBytes + row_bytes);
             w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full);
           }
           if constexpr (Fuse::gather_tma) {
             tma_rows.copy_k_block(x_stages + stage * kXBytes, tma_a, full, kb * 64, (int)threadIdx.x);
             if (kTailRows != 0 && tail)
-              tma_tail_rows.copy_k_block(tail_stages + stage * kTailBytes, tma_a, full, kb * 64, (int)threadIdx.x);
+              tail_gather_tma.copy_k_block(tail_stages + stage * kTailBytes, tma_a, full, kb * 64, (int)threadIdx.x);
           } else {
             rows.copy_k_block(x_stages + stage * kXBytes, x_base, p.k, kb * 64);
-            if (kTailRows != 0 && tail) tail_rows.copy_k_block(tail_stages + stage * kTailBytes, x_base, p.k, kb * 64);
+            if (kTailRows != 0 && tail) tail_gather.copy_k_block(tail_stages + stage * kTailBytes, x_base, p.k, kb * 64);
             cp_async_mbarrier_arrive_noinc(full);
           }
           if (++stage == kStages) stage = 0, phase ^= 1;
@@ -798,6 +798,16 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       }
       retire(in_flight);
     };
+    // One stage at a time (widen, issue, wait): one fragment set, for the loops that would not fit
+    // the pipelined one's registers beside their accumulators. loop: as in issue.
+    auto serial_k_loop = [&](int loop) {
+      for (int kb = 0; kb < num_k_blocks; ++kb) {
+        widen(frag0);
+        const int in_flight = stage;
+        issue(frag0, kb == 0, loop);
+        retire(in_flight);
+      }
+    };
     for (int tile_iter = 0;; ++tile_iter) {
       const int tile_index = kDynamic ? ring.take(lane) : static_tile(tile_iter);
       if (!seek_tile(tile_index)) break;
@@ -834,25 +844,14 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         if (kShortTailsOverlapped && short_tail) {
           pipelined_k_loop(kLoopShortTail);
         } else if (kShortTailsSerial && short_tail && p.k <= kShortTailMaxK) {
-          for (int kb = 0; kb < num_k_blocks; ++kb) {
-            widen(frag0);
-            const int in_flight = stage;
-            issue(frag0, kb == 0, kLoopShortTail);
-            retire(in_flight);
-          }
+          serial_k_loop(kLoopShortTail);
         } else if (carries_tail(tile)) {
           // 256 tokens: one stage at a time (with the pipelined loop's two fragment sets beside 128 +
           // 12 accumulators ptxas serialized every wgmma, C7512).
-          if constexpr (kTokens == 256) {
-            for (int kb = 0; kb < num_k_blocks; ++kb) {
-              widen(frag0);
-              const int in_flight = stage;
-              issue(frag0, kb == 0, kLoopWithTail);
-              retire(in_flight);
-            }
-          } else {
+          if constexpr (kTokens == 256)
+            serial_k_loop(kLoopWithTail);
+          else
             pipelined_k_loop(kLoopWithTail);
-          }
         } else {
           pipelined_k_loop(kLoopWide);
         }
