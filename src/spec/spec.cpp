@@ -270,8 +270,9 @@ int KernelSpec::dynamic_smem_bytes() const {
     // 256 weight rows per tile: two blocks per stage. Tiles of 128 and 256 tokens add the C
     // staging of their epilogue (w4_sm90_c_staging_bytes).
     // Static 128- and 256-token tiles hold a group's absorbed last rows too (w4_sm90_tail_rows).
-    return stages * ((tile.m + w4_sm90_tail_rows(tile.m, fusion.gather_a, scheduler == Scheduler::dynamic)) * 128 + (tile.n / 128) * w4_sm90_block_bytes(b == DType::nvfp4)) +
-           2048 + w4_sm90_c_staging_bytes(tile.m);
+    const int tail = w4_sm90_tail_rows(tile.m, fusion.gather_a, scheduler == Scheduler::dynamic);
+    return stages * ((tile.m + tail) * 128 + (tile.n / 128) * w4_sm90_block_bytes(b == DType::nvfp4)) + 2048 +
+           w4_sm90_c_staging_bytes(tile.m);
   }
   if (family == KernelFamily::hopper) {
     int base = stages * (tile.m + tile.n) * 64 * 2 + 2048;

@@ -47,7 +47,7 @@ __host__ __device__ constexpr int w4_sm90_c_staging_bytes(int tokens) {
 }
 
 // Rows past a whole 128- or 256-token tile that a group's last such tile multiplies too, instead of a
-// tile of its own (16 where the producer gathers the rows, in whole 16-row steps): each widened weight then serves up to 152 tokens. Why: the
+// tile of its own (16 where the producer gathers the rows, in whole 16-row steps): each widened weight then serves up to 24 more tokens. Why: the
 // widening, not the MMA, paces a tile, so a group's short last tile cost nearly a whole one; random
 // routing ends about half the 512 +- 22-row groups of DeepSeek-V3 and gpt-oss at 16384 tokens (and
 // of the 128 +- 11-row ones at 4096) a few rows into a tile (docs/perf.md v23). 24: with 8 stages

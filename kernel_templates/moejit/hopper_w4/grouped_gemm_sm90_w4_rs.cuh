@@ -383,8 +383,9 @@ struct WeightBlocks {
 template <int kTokens, int kStages, int kFormat = kMXFP4, int kRowsW = 128, bool kGathered = false,
           int kScheduler = kSchedulerStatic>
 __host__ __device__ constexpr int w4rs_smem_bytes() {
-  return kStages * ((kTokens + w4_sm90_tail_rows(kTokens, kGathered, kScheduler == kSchedulerDynamic)) * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) +
-         2048 + w4_sm90_c_staging_bytes(kTokens);
+  constexpr int kTail = w4_sm90_tail_rows(kTokens, kGathered, kScheduler == kSchedulerDynamic);
+  return kStages * ((kTokens + kTail) * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) + 2048 +
+         w4_sm90_c_staging_bytes(kTokens);
 }
 
 // CTAs per SM: the 16-, 32-, 48- and 64-token tiles (decode, small groups) run two, for twice the warps
