@@ -5,6 +5,7 @@
 # working tree, and their cuobjdump -sass compared. CPU only. Usage: [KEEP=1] tests/sass_identity.sh [BASE]
 # (KEEP=1 leaves the work folder with both trees' .sass files for a diff). The Hopper 4-bit kernel
 # takes its tail rows' tensor map since the commit that added them: a BASE before it does not compile it.
+# Likewise the Hopper FP8 kernel takes C's tensor map (its TMA-store epilogue) since v24.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 base=${1:-$(git -C "$root" merge-base HEAD main)}
@@ -55,8 +56,8 @@ cat > "$work/hopper_fp8.cu" <<'CU'
 #include "moejit/hopper_fp8/grouped_gemm_sm90_fp8.cuh"
 extern "C" __global__ void __launch_bounds__(384, 1) moejit_grouped_gemm(
     const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::TmaDescriptor tma_a,
-    const __grid_constant__ moejit::TmaDescriptor tma_b) {
-  moejit::hopper::grouped_gemm_fp8<128, 128, 6, moejit::kBF16, moejit::kLayoutContiguous>(p, tma_a, tma_b);
+    const __grid_constant__ moejit::TmaDescriptor tma_b, const __grid_constant__ moejit::TmaDescriptor tma_c) {
+  moejit::hopper::grouped_gemm_fp8<128, 128, 6, moejit::kBF16, moejit::kLayoutContiguous>(p, tma_a, tma_b, tma_c);
 }
 CU
 cuobjdump=${MOEJIT_CUOBJDUMP:-cuobjdump}

@@ -220,7 +220,9 @@ TEST_CASE("FP8 hopper spec: defaults, canonical text, shared memory", "[spec]") 
         "family=hopper,arch=sm_90a,layout=contiguous,a=e4m3,b=e4m3,c=bf16,acc=f32,tile=128x128x128,stages=6,"
         "cluster=1x1,sched=static,fuse=none,act=none");
   CHECK(KernelSpec::parse(s.to_text()) == s);
-  CHECK(s.dynamic_smem_bytes() == 6 * 256 * 128 + 2048);  // fp8_smem_bytes<128, 128, 6>()
+  // fp8_smem_bytes<128, 128, 6>(): stages + 2048 + 32 KB of C staging (fp8_c_staged: it fits).
+  CHECK(s.stages_c());
+  CHECK(s.dynamic_smem_bytes() == 6 * 256 * 128 + 2048 + 32768);
   CHECK(element_bytes(DType::e4m3) == 1);
 }
 
@@ -232,6 +234,19 @@ TEST_CASE("spec key is pinned", "[spec][hash]") {
   KernelSpec other = spec;
   other.stages = 3;
   CHECK_FALSE(other.key() == spec.key());
+}
+
+TEST_CASE("FP8 hopper shared memory: C staging only where it fits beside the stages", "[spec]") {
+  // Mirrors fp8_smem_bytes<>() of kernel_templates/moejit/hopper_fp8/grouped_gemm_sm90_fp8.cuh.
+  const auto fp8 = [](const char* rest) { return KernelSpec::parse(std::string("family=hopper,a=e4m3,b=e4m3,") + rest); };
+  CHECK(fp8("tile=128x256x128,stages=4").stages_c());
+  CHECK(fp8("tile=128x256x128,stages=4").dynamic_smem_bytes() == 4 * 384 * 128 + 2048 + 32768);
+  CHECK_FALSE(fp8("tile=128x192x128,stages=5").stages_c());
+  CHECK(fp8("tile=128x192x128,stages=5").dynamic_smem_bytes() == 5 * 320 * 128 + 2048);
+  CHECK_FALSE(fp8("tile=64x256x128,stages=5").stages_c());
+  CHECK(fp8("tile=64x256x128,stages=5").dynamic_smem_bytes() == 5 * 320 * 128 + 2048);
+  CHECK_FALSE(KernelSpec::parse("family=hopper,a=bf16,b=mxfp4,tile=128x128x64,stages=8").stages_c());  // its own staging
+  CHECK_FALSE(KernelSpec::parse("family=portable,arch=sm_80").stages_c());
 }
 
 TEST_CASE("hopper shared memory: C staging only where it fits", "[spec]") {

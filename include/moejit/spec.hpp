@@ -111,6 +111,9 @@ struct KernelSpec {
   bool is_weight_only_4bit() const { return a == DType::bf16 && (b == DType::mxfp4 || b == DType::nvfp4); }
   int threads_per_cta() const;
   int dynamic_smem_bytes() const;  // mirrors smem_bytes<...>() of the kernel template
+  // Hopper bf16/f16 and FP8 kernels: C goes out through 32 KB of shared memory and TMA stores
+  // (the launch passes a tensor map of C), where that fits beside the stages; else from registers.
+  bool stages_c() const;
   int min_ctas_per_sm() const;     // __launch_bounds__ minimum blocks (register budget)
   bool operator==(const KernelSpec&) const = default;
 };

@@ -248,12 +248,17 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
 
   if (spec.family == KernelFamily::hopper && spec.a == DType::e4m3) {
     // FP8 (hopper_fp8/): one stage is a 128-wide K block of e4m3 bytes (a 128-byte swizzle row);
-    // A in tile-high boxes, B in tile-wide boxes; C is stored from registers (no tensor map).
+    // A in tile-high boxes, B in tile-wide boxes; C, where the kernel stages it for TMA stores
+    // (spec.stages_c()), in 64-row boxes of 128 bytes as for the bf16 kernel (fusions: [rows or
+    // num_out_rows, n_out]); kernels that store from registers take a copy of tma_a instead.
     std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
     TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, spec.tile.m, 128);
     TmaDescriptor tma_b =
         make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k, spec.tile.n, 128);
-    void* params[] = {&p, &tma_a, &tma_b, &fp};  // the unfused kernel takes the first three
+    std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
+    TmaDescriptor tma_c = spec.stages_c() ? make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c))
+                                          : tma_a;
+    void* params[] = {&p, &tma_a, &tma_b, &tma_c, &fp};  // the unfused kernel takes the first four
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else if (spec.family == KernelFamily::hopper && spec.is_weight_only_4bit()) {
     // 4-bit weight-only (hopper_w4/): activations in boxes of tile-M tokens x 64 K (128-byte

@@ -16,6 +16,10 @@
 namespace moejit {
 namespace {
 
+// The Hopper TMA-store epilogue's C staging: two 8 KB chunk buffers per consumer warpgroup
+// (kCStageBytesPerConsumer in hopper/epilogue.cuh).
+constexpr int kCStagingBytes = 32768;
+
 template <typename Enum, std::size_t N>
 struct EnumNames {
   std::array<std::pair<Enum, std::string_view>, N> names;
@@ -255,14 +259,23 @@ int KernelSpec::threads_per_cta() const {
   return family == KernelFamily::hopper ? 384 : 32 * warps_m * warps_n;
 }
 
+bool KernelSpec::stages_c() const {
+  // c_staged<>() (hopper/) and fp8_c_staged<>() (hopper_fp8/): the stages (64-wide K slices of
+  // 16-bit A and B, or 128-wide of e4m3: 128 bytes per tile row either way), 2048 bytes of
+  // alignment and barriers, and the C staging must fit in 227 KB.
+  if (family != KernelFamily::hopper || is_weight_only_4bit()) return false;
+  return stages * (tile.m + tile.n) * 128 + 2048 + kCStagingBytes <= 227 * 1024;
+}
+
 int KernelSpec::dynamic_smem_bytes() const {
   // Must equal smem_bytes<...>() in the kernel template; the generated source static_asserts it.
   // Hopper: the TMA ring (64-wide K slices of A and B, 16-bit) + 1024 to align it for the
   // 128-byte swizzle + barriers and the dynamic scheduler's tile ring, + 32 KB of C staging for
   // the TMA-store epilogue where that still fits in 227 KB (c_staged<>() in the template).
   if (family == KernelFamily::hopper && a == DType::e4m3) {
-    // FP8 (hopper_fp8/): fp8_smem_bytes<>(): stages of 128 bytes per tile row, no C staging.
-    return stages * (tile.m + tile.n) * 128 + 2048;
+    // FP8 (hopper_fp8/): fp8_smem_bytes<>(): stages of 128 bytes per tile row, + 32 KB of C
+    // staging where it fits (fp8_c_staged<>()).
+    return stages * (tile.m + tile.n) * 128 + 2048 + (stages_c() ? kCStagingBytes : 0);
   }
   if (family == KernelFamily::hopper && is_weight_only_4bit()) {
     // hopper_w4/ w4rs_smem_bytes<>(): per stage 64 K of BF16 per token + one pre-arranged weight
@@ -274,11 +287,7 @@ int KernelSpec::dynamic_smem_bytes() const {
     return stages * ((tile.m + tail) * 128 + (tile.n / 128) * w4_sm90_block_bytes(b == DType::nvfp4)) + 2048 +
            w4_sm90_c_staging_bytes(tile.m);
   }
-  if (family == KernelFamily::hopper) {
-    int base = stages * (tile.m + tile.n) * 64 * 2 + 2048;
-    constexpr int kCStaging = 32768;
-    return base + kCStaging <= 227 * 1024 ? base + kCStaging : base;
-  }
+  if (family == KernelFamily::hopper) return stages * (tile.m + tile.n) * 64 * 2 + 2048 + (stages_c() ? kCStagingBytes : 0);
   // Portable: the cp.async ring (rows padded by 16 bytes against bank conflicts), reused by
   // the epilogue to stage C for 16-byte stores.
   int ring = stages * (tile.m + tile.n) * (tile.k + 8) * 2;

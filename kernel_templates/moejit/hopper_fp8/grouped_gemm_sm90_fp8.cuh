@@ -37,10 +37,25 @@ namespace moejit::hopper {
 
 constexpr int kFp8BlockK = 128;  // K elements per stage = per scale block = one 128-byte swizzle row
 
-// Stages + 2048: 1024 to align them (128B swizzle atoms) and the barriers and tile ring.
+// C through shared memory and TMA stores (hopper/epilogue.cuh, as the bf16 kernel's) where its
+// 32 KB fit beside the tile's stages without taking one: 128x256 with 4 stages (the heuristic's
+// tile from 48 rows per expert where N pads little to 256) and 128x128 with 6. The 128x192 and
+// 64x256 tiles keep 5 stages and store from registers. Why: both consumers finish a tile
+// together, and with register stores the tensor cores idle while they store; v11 measured the
+// register-store epilogue skipped at 1.094x in geomean over the 4096/16384-token cases, up to
+// 1.29x where K is short (Qwen3 down, K = 768). Staged on 128x192 by dropping to 4 stages it
+// gained 3-9% on those and lost 6-9% where the stage mattered (docs/perf.md v11, v24).
+template <int kBlockM, int kBlockN, int kStages>
+__host__ __device__ constexpr bool fp8_c_staged() {
+  return kStages * (kBlockM + kBlockN) * kFp8BlockK + 2048 + 2 * (int)kCStageBytesPerConsumer <= 232448;
+}
+
+// Stages + 2048 (1024 to align them for the 128B swizzle atoms, then the barriers and the tile
+// ring) + the C staging buffers where they fit (fp8_c_staged).
 template <int kBlockM, int kBlockN, int kStages>
 __host__ __device__ constexpr int fp8_smem_bytes() {
-  return kStages * (kBlockM + kBlockN) * kFp8BlockK + 2048;
+  return kStages * (kBlockM + kBlockN) * kFp8BlockK + 2048 +
+         (fp8_c_staged<kBlockM, kBlockN, kStages>() ? 2 * (int)kCStageBytesPerConsumer : 0);
 }
 
 // Fuse / f (null without fusions; docs/design.md, "Fusions"): the accumulator is the standard
@@ -69,9 +84,10 @@ __device__ __forceinline__ void scale_columns_fp8(float (&acc)[kWgN / 2], const 
   }
 }
 
-// A count inside a role: split=tail recomputes it there from `value` (p.k or p.n) behind an empty
-// asm, so that it is not hoisted above setmaxnreg (held across it, ptxas spilled it in the split
-// kernels); the others keep the value from before the role split.
+// A count inside a role: split=tail and the staged-C kernels recompute it there from `value` (p.k
+// or p.n) behind an empty asm, so that it is not hoisted above setmaxnreg (held across it, ptxas
+// spilled it: the split kernels, and 4 bytes in staged f32-C and fused GLU ones); the others keep
+// the value from before the role split.
 template <bool kRecompute>
 __device__ __forceinline__ int role_blocks_of(int value, int block, int before_split) {
   if constexpr (!kRecompute) return before_split;
@@ -91,7 +107,7 @@ template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class 
           bool kChannelScalesB = false, int kScheduler = kSchedulerStatic, bool kSplitTail = false>
 __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
-                                                 const FusionParams* f = nullptr) {
+                                                 const TmaDescriptor& tma_c, const FusionParams* f = nullptr) {
   static_assert(!Fuse::gather && !Fuse::glu_split, "FP8 Hopper kernel: no gather, no split GLU");
   // A consumer warpgroup's columns lie in one 128-wide scale block of B, or (128x192) in two: its
   // 192 columns start at a multiple of 64, so the first block's part is 128 or 64 columns wide; or
@@ -118,12 +134,15 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   constexpr unsigned kBBytes = kBlockN * kRowBytes;
   constexpr int kConsumerWarps = 8;
   constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
+  constexpr bool kStaged = fp8_c_staged<kBlockM, kBlockN, kStages>();
 
+  // Layout: [A stages][B stages][C staging, if kStaged][full bars][empty bars][tile ring]
   extern __shared__ unsigned char moejit_smem[];
   const unsigned smem_base = smem_addr(moejit_smem);
   const unsigned a_stages = (smem_base + 1023u) & ~1023u;
   const unsigned b_stages = a_stages + kStages * kABytes;
-  const unsigned full_bars = b_stages + kStages * kBBytes;
+  const unsigned c_staging = b_stages + kStages * kBBytes;
+  const unsigned full_bars = c_staging + (kStaged ? 2 * kCStageBytesPerConsumer : 0u);
   const unsigned empty_bars = full_bars + 8 * kStages;
   TileRing<> ring(empty_bars + 8 * kStages);
   static_assert(1023 + 16 * kStages + TileRing<>::kBytes <= 2048, "barriers and tile ring past the 2048 spare bytes");
@@ -131,6 +150,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(tma_a);
     tma_prefetch_descriptor(tma_b);
+    if constexpr (kStaged) tma_prefetch_descriptor(tma_c);
     for (int st = 0; st < kStages; ++st) {
       mbarrier_init(full_bars + 8 * st, 1);
       mbarrier_init(empty_bars + 8 * st, kConsumerWarps);
@@ -154,7 +174,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     // Warp 0 walks the groups 32 per step (seek_warp, as in the 4-bit kernel: a one-thread walk
     // could not keep the stages full at decode); its lane 0 issues the copies.
     if (threadIdx.x < 32) {
-      const int k_blocks = role_blocks_of<kSplitTail>(p.k, kFp8BlockK, num_k_blocks);
+      const int k_blocks = role_blocks_of<kSplitTail || kStaged>(p.k, kFp8BlockK, num_k_blocks);
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
@@ -183,8 +203,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     }
   } else {
     warpgroup_claim_registers<240>();
-    const int k_blocks = role_blocks_of<kSplitTail>(p.k, kFp8BlockK, num_k_blocks);
-    const int n_blocks = role_blocks_of<kSplitTail>(p.n, 128, n_scale_blocks);
+    const int k_blocks = role_blocks_of<kSplitTail || kStaged>(p.k, kFp8BlockK, num_k_blocks);
+    const int n_blocks = role_blocks_of<kSplitTail || kStaged>(p.n, 128, n_scale_blocks);
     const int consumer = warpgroup - 1;
     const int lane = threadIdx.x % 32;
     const int warp_in_group = (threadIdx.x / 32) % 4;
@@ -199,6 +219,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     float part[kPartRegs];
     int stage = 0;
     unsigned phase = 0;
+    unsigned c_state = 0;  // staged epilogue: the chunk buffers' state (store_accumulators_staged)
     for (int tile_iter = 0;; ++tile_iter) {
       const int unit_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
       SplitUnit unit{unit_index, 0, k_blocks, -1};
@@ -325,16 +346,24 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       }
       if constexpr (kChannelScalesB)
         scale_columns_fp8<kWgN, Fuse::bias>(acc, static_cast<const float*>(p.scale_b), f, tile.group, p.n, n0, lane);
+      const int m_first = tile.m_block * kBlockM + tile_row0;  // the slice's first group-local row
+      const unsigned my_staging = c_staging + consumer * kCStageBytesPerConsumer;
       if constexpr (Fuse::epilogue) {
-        const int m_first = tile.m_block * kBlockM + tile_row0;  // the slice's first group-local row
-        unsigned unused_buffer = 0;  // direct stores: no staging, tma_a only fills the unused map argument
-        fused_epilogue<kTypeC, kWgN, false, Fuse>(p, *f, tma_a, acc, 0u, tile.group, tile.row_begin, tile.group_rows,
-                                                  m_first, min(tile.group_rows - m_first, 64), tile.n_block * kBlockN,
-                                                  tile_col0, warp_in_group, lane, 0, unused_buffer);
+        // Unstaged: direct stores (tma_c and the barrier id go unused).
+        fused_epilogue<kTypeC, kWgN, kStaged, Fuse>(p, *f, tma_c, acc, my_staging, tile.group, tile.row_begin,
+                                                    tile.group_rows, m_first, min(tile.group_rows - m_first, 64),
+                                                    tile.n_block * kBlockN, tile_col0, warp_in_group, lane,
+                                                    1 + consumer, c_state);
+      } else if constexpr (kStaged) {
+        store_accumulators_staged<kTypeC, kWgN>(p, tma_c, acc, my_staging, tile.row_begin + m_first,
+                                                min(tile.group_rows - m_first, 64), n0, warp_in_group, lane,
+                                                1 + consumer, c_state);
       } else {
         store_accumulators<kTypeC, kWgN>(p, acc, tile.row_begin, tile.group_rows, m_warp, n0, lane);
       }
     }
+    // Shared memory must outlive the TMA stores' reads of it.
+    if (kStaged && warp_in_group == 0 && lane == 0) tma_store_wait_all();
   }
 }
 
