@@ -357,7 +357,7 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per e
   auto candidates = fp8_candidates(Arch{9, 0, true});
   // N = 4096 pads 3% of 192-wide tiles and none of 256-wide ones, N = 1536 pads neither, N = 5760
   // pads 2.2% more to 256: 128x256 (256 groups: always 4+ rounds of tiles); N = 2880 pads 6.7% more
-  // to 256: 128x192.
+  // to 256: 128x192. Groups of 1024+ rows with K >= 4096: 128x192 (v24).
   for (int n : {4096, 2880, 1536, 5760})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (int k : {768, 2048, 2880, 4096, 7168})
@@ -368,11 +368,12 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per e
           INFO(s.to_text());
           CHECK(std::find(candidates.begin(), candidates.end(), s) != candidates.end());
           CHECK(s.tile.m == (rows_per_group < 48 ? 64 : 128));
-          CHECK(s.tile.n == (rows_per_group < 48 ? 256 : n == 2880 ? 192 : 256));
+          const bool large_groups = rows_per_group >= 1024 && k >= 4096;
+          CHECK(s.tile.n == (rows_per_group < 48 ? 256 : n == 2880 || large_groups ? 192 : 256));
         }
   // Mixtral down at 1024 tokens (8 groups of ~256 rows): 16 x 16 = 256 tiles of 128x256, under
-  // 4 rounds: 128x192. At 4096 tokens: 128x256.
-  for (auto [rows_per_group, tile_n] : {std::pair{256, 192}, std::pair{1024, 256}}) {
+  // 4 rounds: 128x192. At 4096 tokens (1024 rows, K = 14336): 128x192 too since v24; at 512 rows 128x256.
+  for (auto [rows_per_group, tile_n] : {std::pair{256, 192}, std::pair{512, 256}, std::pair{1024, 192}}) {
     const std::vector<int> sizes(8, rows_per_group);  // outlives p (group_rows is a span)
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336, 8LL * rows_per_group, sizes};
     CHECK(choose_spec(p, Arch{9, 0, true}, 132).tile.n == tile_n);
@@ -458,14 +459,14 @@ TEST_CASE("hopper heuristic: split=tail where the last round of 128x256 tiles le
     p.fusion.routing_weight = true;
     CHECK(choose_spec(p, Arch{9, 0, true}, 132).split == SplitK::none);
   }
-  // FP8: Mixtral down 1024 makes 20 x 22 = 440 tiles of 128x192, 3.3 rounds; at 4096 tokens it
-  // takes 128x256 tiles (~8 rounds), which have no split=tail.
+  // FP8: Mixtral down 1024 makes 20 x 22 = 440 tiles of 128x192, 3.3 rounds; at 4096 tokens
+  // 128x192 too (groups of 1024+ rows, v24), 72 x 22 = 1584 tiles, 12 rounds: whole tiles.
   for (auto [rows, split] : {std::pair{mixtral_1024, true}, std::pair{std::vector<int>(8, 1030), false}}) {
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336,
                   std::accumulate(rows.begin(), rows.end(), 0LL), rows};
     KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
     INFO(s.to_text());
-    CHECK(s.tile.n == (split ? 192 : 256));
+    CHECK(s.tile.n == 192);
     CHECK((s.split == SplitK::tail) == split);
   }
 }

@@ -243,15 +243,15 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
   std::vector<int> group_rows(128, 4);
   GemmProblem fp8{GroupLayout::contiguous, DType::e4m3, DType::bf16, 128, 4096, 7168, 512, group_rows};
   auto specs = tuning_candidates(fp8, kHopper, 132);
-  CHECK(specs.size() == 16);  // 64x256, 128x128, 128x192, 128x256, each static and dynamic, each whole and split=tail (K >= 2048)
+  CHECK(specs.size() == 20);  // 64x256, 128x128, 128x192 (4 and 5 stages), 128x256, each static and dynamic, each whole and split=tail (K >= 2048)
   int dynamic = 0, split = 0;
   for (auto& s : specs) {
     CHECK((s.a == DType::e4m3 && s.tile.k == 128));
     dynamic += s.scheduler == Scheduler::dynamic;
     split += s.split == SplitK::tail;
   }
-  CHECK(dynamic == 8);
-  CHECK(split == 8);
+  CHECK(dynamic == 10);
+  CHECK(split == 10);
   auto portable = tuning_candidates(fp8, kAmpere, 108);  // the portable family's tiles and schedulers
   CHECK(portable.size() >= 4);
   for (auto& s : portable) CHECK((s.a == DType::e4m3 && s.family == KernelFamily::portable && s.tile.n <= 128));
@@ -263,8 +263,8 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     for (auto& s : w4_specs) CHECK((s.b == b && s.is_weight_only_4bit() && s.layout == GroupLayout::masked));
     std::vector<int> prefill(128, 512);
     GemmProblem big{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 65536, prefill, b};
-    // 512 rows per expert: both formats take the 128-token tile (MXFP4 since v17, NVFP4 since v20)
-    CHECK(choose_spec(big, kHopper, 132).tile.m == 128);
+    // 512 rows per expert: MXFP4 takes the 128-token tile (since v17), NVFP4 256 (since v24; 128 in v20-v23)
+    CHECK(choose_spec(big, kHopper, 132).tile.m == (b == DType::nvfp4 ? 256 : 128));
     std::vector<int> rows256(8, 256), rows2048(8, 2048), rows4096(8, 4096);
     GemmProblem r256{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 2048, rows256, b};
     CHECK(choose_spec(r256, kHopper, 132).tile.m == 128);  // both formats: 128 tokens at 256 rows
@@ -274,7 +274,10 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     GemmProblem short_k{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 2048, 768, 131072, rows1024, b};
     CHECK(choose_spec(short_k, kHopper, 132).tile.m == 256);  // both formats: 256 tokens at 1024 rows with K <= 1024 (v19)
     GemmProblem short_k512{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 2048, 768, 65536, rows512, b};
-    CHECK(choose_spec(short_k512, kHopper, 132).tile.m == 128);
+    CHECK(choose_spec(short_k512, kHopper, 132).tile.m == (b == DType::nvfp4 ? 256 : 128));
+    std::vector<int> rows256_short(128, 256);  // Qwen3 down at 4096 tokens: NVFP4 takes 256 tokens at short K (v24)
+    GemmProblem short_k256{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 2048, 768, 32768, rows256_short, b};
+    CHECK(choose_spec(short_k256, kHopper, 132).tile.m == (b == DType::nvfp4 ? 256 : 128));
     GemmProblem r4096{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 32768, rows4096, b};
     CHECK(choose_spec(r4096, kHopper, 132).tile.m == 256);  // Mixtral at 16384 tokens: 256 for both
     std::vector<int> decode32(8, 32);  // Mixtral at 128 tokens: 32 rows per expert, the 48-token tile
@@ -304,6 +307,21 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
     KernelSpec ampere = choose_spec(big, kAmpere, 108);  // the portable family widens 4-bit B
     CHECK((ampere.family == KernelFamily::portable && ampere.b == b && ampere.a == DType::bf16));
   }
+}
+
+TEST_CASE("FP8 prefill tiles: 128x256 on small groups, 128x192 (4 stages, C staged) on large ones and ragged N", "[tuning]") {
+  auto fp8_tile = [](int experts, int rows_per_expert, int n, int k) {
+    std::vector<int> rows(experts, rows_per_expert);
+    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, experts, n, k, (long long)experts * rows_per_expert, rows};
+    KernelSpec s = choose_spec(p, kHopper, 132);
+    return fmt::format("{}x{} s{}", s.tile.m, s.tile.n, s.stages);
+  };
+  CHECK(fp8_tile(256, 512, 4096, 7168) == "128x256 s4");  // DeepSeek-V3 up, 16384 tokens
+  CHECK(fp8_tile(128, 1024, 2048, 768) == "128x256 s4");  // Qwen3 down, 16384 tokens: K short
+  CHECK(fp8_tile(8, 4096, 28672, 4096) == "128x192 s4");  // Mixtral up, 16384 tokens: large groups, long K (v24)
+  CHECK(fp8_tile(8, 1024, 4096, 14336) == "128x192 s4");  // Mixtral down, 4096 tokens
+  CHECK(fp8_tile(128, 512, 2880, 2880) == "128x192 s4");  // gpt-oss down: N pads 6.7% more to 256
+  CHECK(fp8_tile(128, 16, 2880, 2880) == "64x256 s5");    // decode
 }
 
 TEST_CASE("tuning table: stores, merges, survives garbage lines, disabled without a folder", "[tuning]") {

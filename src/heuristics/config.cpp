@@ -35,9 +35,14 @@ constexpr int kSplitTailMinK = 4096;
 // 1024.) Scheduler: scheduler_for above.
 constexpr TileChoice kFp8Small = {{64, 256, 128}, 5, 1, 1};
 constexpr TileChoice kFp8Large = {{128, 128, 128}, 6, 1, 1};
-constexpr TileChoice kFp8Wide = {{128, 192, 128}, 5, 1, 1};
+// 128x192 with 4 stages since v24, where its C staging (TMA stores) fits beside them: in turns
+// against 5 stages and register stores (H100, two processes, docs/results/2026-11-26-v24-tile-turns.txt):
+// 0.96-0.99x on gpt-oss down 4096/16384, 0.90-0.97x on the 16384-token cases of the others.
+constexpr TileChoice kFp8Wide = {{128, 192, 128}, 4, 1, 1};
 // 128x192 whose last partial round runs in pieces of K (split=tail, with_split_tail).
-constexpr TileChoice kFp8WideSplit = {{128, 192, 128}, 5, 1, 1, 1, SplitK::tail};
+constexpr TileChoice kFp8WideSplit = {{128, 192, 128}, 4, 1, 1, 1, SplitK::tail};
+// The heuristic's 128x192 until v23 (register stores): a tuner candidate (tuning.cpp), compiled here too.
+constexpr TileChoice kFp8WideDeep = {{128, 192, 128}, 5, 1, 1};
 constexpr int kFp8WideTileMinRows = 48;  // mean rows per active expert
 // 128x256 (each consumer multiplies its 64x256 slice in two 128-column halves): 10% fewer bytes
 // from L2 per MMA than 128x192, and no padded columns where N is a multiple of 256 but not of 192.
@@ -50,14 +55,21 @@ constexpr int kFp8WideTileMinRows = 48;  // mean rows per active expert
 // least 4 rounds of tiles.
 constexpr TileChoice kFp8Full = {{128, 256, 128}, 4, 1, 1};
 constexpr int kFp8FullTileMinRounds = 4;
+// Once both tiles stage C (v24), in turns (same file): 128x192 takes 0.967-0.973x the time of
+// 128x256 on Mixtral up 4096/16384 and 0.98-0.99x on Mixtral down (1024-4096 rows per expert, K >=
+// 4096), while 128x256 stays ahead where groups are small or K short (DeepSeek-V3 1.00-1.06x,
+// Qwen3 down 1.06x on 192). gpt-oss up (512 rows) went both ways (0.975 / 1.027): not changed.
+constexpr int kFp8WideTileLargeGroupRows = 1024;  // mean rows per active expert
+constexpr int kFp8WideTileLargeGroupMinK = 4096;
 // The tiles of a launch without the groups' sizes: each active group's rows fill whole tiles plus
 // (at most) one partial one.
 long long estimated_tiles(long long rows, long long active, int n, TileShape tile) {
   return (rows / tile.m + active) * ((n + tile.n - 1LL) / tile.n);
 }
-bool fp8_full_tile_pays(int n, long long rows, long long active, int sm_count) {
+bool fp8_full_tile_pays(int n, int k, long long rows, long long active, int sm_count) {
   const long long padded_192 = (n + 191LL) / 192 * 192, padded_256 = (n + 255LL) / 256 * 256;
-  return padded_256 * 100 <= padded_192 * 103 &&
+  const bool large_groups = active > 0 && rows >= kFp8WideTileLargeGroupRows * active && k >= kFp8WideTileLargeGroupMinK;
+  return !large_groups && padded_256 * 100 <= padded_192 * 103 &&
          estimated_tiles(rows, active, n, kFp8Full.tile) >= kFp8FullTileMinRounds * static_cast<long long>(std::max(sm_count, 1));
 }
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
@@ -103,7 +115,13 @@ constexpr int kW4LargeTileMaxRowsMxfp4 = 2048;
 // before), in turns (docs/results/2026-11-25-v20-nvfp4-scales.txt): 128 tokens take 0.952-0.978x
 // the time of 256 at 512 rows (gpt-oss, DeepSeek-V3 16384 tokens), 0.965 / 0.997 at 1024 rows on
 // Mixtral but 1.042 / 1.081 on Qwen3 (K = 2048 / 768), 1.04 / 1.21 at 4096 rows. So up to 512 rows.
-constexpr int kW4LargeTileMaxRowsNvfp4 = 512;
+// With tail rows on both tiles (v23), in turns again (v24; docs/results/2026-11-26-v24-tile-turns.txt):
+// NVFP4 at 512 rows takes 0.944-0.964x the time on 256 tokens (gpt-oss, DeepSeek-V3 16384 tokens;
+// the last tile's ≤ 24 extra rows no longer cost 256 a tile of padding), at 256 rows 1.009x on
+// Qwen3 up (K = 2048) but 0.922x on Qwen3 down (K = 768). So 128 tokens up to 256 rows, and at
+// short K up to 128. (MXFP4 at 512 rows stays on 128: 256 took 1.01-1.07x.)
+constexpr int kW4LargeTileMaxRowsNvfp4 = 256;
+constexpr int kW4LargeTileMaxRowsNvfp4ShortK = 128;
 // After the staged epilogue (v18), in turns again (v19; docs/results/2026-11-25-v19-w4-prefill-tile.txt):
 // NVFP4 unchanged (256 tokens take 0.98-0.99x the time of 128 at 512 rows, 0.73-0.98x at 1024-4096;
 // 128 wins at 128-256 rows). MXFP4 the same but for short K: Qwen3 down (K = 768) at 1024 rows takes
@@ -227,9 +245,10 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Elsewhere (and for f32 C, which the Hopper 4-bit kernel does not write, or a split GLU, which
     // it does not fuse) the portable family widens the 4-bit weights, with the bf16 tile rules below.
     spec.family = KernelFamily::hopper;
-    const int large_tile_max_rows = spec.b == DType::nvfp4      ? kW4LargeTileMaxRowsNvfp4
-                                    : problem.k <= kW4ShortKMax ? kW4LargeTileMaxRowsMxfp4ShortK
-                                                                : kW4LargeTileMaxRowsMxfp4;
+    const bool short_k = problem.k <= kW4ShortKMax;
+    const int large_tile_max_rows = spec.b == DType::nvfp4 ? (short_k ? kW4LargeTileMaxRowsNvfp4ShortK : kW4LargeTileMaxRowsNvfp4)
+                                    : short_k              ? kW4LargeTileMaxRowsMxfp4ShortK
+                                                           : kW4LargeTileMaxRowsMxfp4;
     const bool large_tile = spec.fusion.gather_a ? mean_rows < kW4PrefillTileMinRows : mean_rows <= large_tile_max_rows;
     spec = with_tile(spec, mean_rows <= kW4TinyTileMaxRows    ? kW4Tiny
                            : mean_rows <= kW4MidTileMaxRows  ? kW4Mid
@@ -248,7 +267,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows < kFp8WideTileMinRows                         ? kFp8Small
-                           : fp8_full_tile_pays(problem.n, rows, active, sm_count) ? kFp8Full
+                           : fp8_full_tile_pays(problem.n, problem.k, rows, active, sm_count) ? kFp8Full
                                                                                    : kFp8Wide);
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
     spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
@@ -368,7 +387,7 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
     return out;
   }
   if (!hopper_capable(arch)) return {};
-  for (const TileChoice& t : {kFp8Small, kFp8Large, kFp8Wide, kFp8WideSplit, kFp8Full})
+  for (const TileChoice& t : {kFp8Small, kFp8Large, kFp8Wide, kFp8WideSplit, kFp8WideDeep, kFp8Full})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (DType c : {DType::bf16, DType::f16, DType::f32})
         for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {
