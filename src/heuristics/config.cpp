@@ -61,6 +61,15 @@ constexpr int kFp8FullTileMinRounds = 4;
 // Qwen3 down 1.06x on 192). gpt-oss up (512 rows) went both ways (0.975 / 1.027): not changed.
 constexpr int kFp8WideTileLargeGroupRows = 1024;  // mean rows per active expert
 constexpr int kFp8WideTileLargeGroupMinK = 4096;
+// The static scheduler where groups hold 512+ rows and K is at most 3072 (v24, in turns, both tiles
+// staged; docs/results/2026-11-26-v24-fp8-scheduler-turns.txt): 0.954-0.988x the dynamic one's time
+// on gpt-oss up/down, DeepSeek-V3 down and Qwen3 up/down at 16384 tokens (v22 and v13 saw the same
+// direction there). Short tiles pay the dynamic fetch per tile, and with few partial tiles the
+// static CTAs stay in step. Not elsewhere: at 128-256 rows (4096 tokens) partial tiles make tile
+// costs uneven and static took 1.03-1.39x; with K = 7168 (DeepSeek-V3 up) 1.07-1.20x, the CTAs
+// drifting apart off the shared B tiles (as the bf16 kernel's do, v2); Mixtral (K >= 4096) ±2%.
+constexpr int kFp8StaticMinRows = 512;  // mean rows per active expert
+constexpr int kFp8StaticMaxK = 3072;
 // The tiles of a launch without the groups' sizes: each active group's rows fill whole tiles plus
 // (at most) one partial one.
 long long estimated_tiles(long long rows, long long active, int n, TileShape tile) {
@@ -270,6 +279,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
                            : fp8_full_tile_pays(problem.n, problem.k, rows, active, sm_count) ? kFp8Full
                                                                                    : kFp8Wide);
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
+    if (mean_rows >= kFp8StaticMinRows && problem.k <= kFp8StaticMaxK) spec.scheduler = Scheduler::static_persistent;
     spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
     spec.validate();
     return spec;
