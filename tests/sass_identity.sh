@@ -5,7 +5,7 @@
 # working tree, and their cuobjdump -sass compared. CPU only. Usage: [KEEP=1] tests/sass_identity.sh [BASE]
 # (KEEP=1 leaves the work folder with both trees' .sass files for a diff). The Hopper 4-bit kernel
 # takes its tail rows' tensor map since the commit that added them: a BASE before it does not compile it.
-# Likewise the Hopper FP8 kernel takes C's tensor map (its TMA-store epilogue) since v24.
+# Likewise the Hopper FP8 and 4-bit kernels take C's tensor map (their TMA-store epilogues) since v24.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 base=${1:-$(git -C "$root" merge-base HEAD main)}
@@ -48,8 +48,8 @@ cat > "$work/hopper_w4.cu" <<'CU'
 #include "moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh"
 extern "C" __global__ void __launch_bounds__(384, 1) moejit_grouped_gemm(
     const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::TmaDescriptor tma_a,
-    const __grid_constant__ moejit::TmaDescriptor tma_tail) {
-  moejit::hopper::grouped_gemm_w4_rs<128, 8, moejit::kF16, moejit::kLayoutMasked, moejit::kNVFP4>(p, tma_a, tma_tail);
+    const __grid_constant__ moejit::TmaDescriptor tma_tail, const __grid_constant__ moejit::TmaDescriptor tma_c) {
+  moejit::hopper::grouped_gemm_w4_rs<128, 8, moejit::kF16, moejit::kLayoutMasked, moejit::kNVFP4>(p, tma_a, tma_tail, tma_c);
 }
 CU
 cat > "$work/hopper_fp8.cu" <<'CU'

@@ -235,7 +235,7 @@ TEST_CASE("fused FP8 / 4-bit kernels: their instantiation files", "[codegen][fus
   w4.fusion.gather_a = w4.fusion.bias = true;
   w4.fusion.activation = Activation::swiglu_oai;
   const std::string w4_src = generate_source(w4, templates).source;
-  CHECK(w4_src.find("grouped_gemm_w4_rs<MOEJIT_CONFIG, MoejitFusion, 128, moejit::kSchedulerStatic>(p, tma_a, tma_tail, &fusion)") != std::string::npos);
+  CHECK(w4_src.find("grouped_gemm_w4_rs<MOEJIT_CONFIG, MoejitFusion, 128, moejit::kSchedulerStatic>(p, tma_a, tma_tail, tma_c, &fusion)") != std::string::npos);
   KernelSpec fp8 = KernelSpec::parse("family=portable,arch=sm_80,a=e4m3,b=e4m3,tile=128x128x32,fuse=scatter+weight");
   const std::string fp8_src = generate_source(fp8, templates).source;
   CHECK(fp8_src.find("grouped_gemm<MOEJIT_CONFIG, MoejitFusion, moejit::kE4M3>(p, fusion)") != std::string::npos);

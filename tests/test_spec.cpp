@@ -166,16 +166,17 @@ TEST_CASE("4-bit weight-only hopper spec: defaults, canonical text, shared memor
   CHECK(s.dynamic_smem_bytes() == 8 * (64 * 128 + 4352) + 2048);  // w4rs_smem_bytes<64, 8, kMXFP4>()
   auto nv = KernelSpec::parse("family=hopper,b=nvfp4,tile=128x128x64,layout=masked,c=f16");
   nv.validate();
-  // + 24 absorbed tail rows per stage (static, unfused 128-token tiles) and the staged epilogue's C rows
-  CHECK(nv.dynamic_smem_bytes() == 8 * ((128 + 24) * 128 + 4608) + 2048 + 2 * 128 * 144);
+  // + 24 absorbed tail rows per stage (static, unfused 128-token tiles) and the staged epilogue's C
+  // rows with 1024 bytes to align them (the swizzle atom of the TMA stores, v24): exactly 227 KB.
+  CHECK(nv.dynamic_smem_bytes() == 8 * ((128 + 24) * 128 + 4608) + 2048 + 2 * 128 * 144 + 1024);
   CHECK(nv.dynamic_smem_bytes() <= 227 * 1024);
   CHECK(KernelSpec::parse(nv.to_text()) == nv);
   auto nv_dynamic = nv;  // no tail rows with the dynamic scheduler
   nv_dynamic.scheduler = Scheduler::dynamic;
-  CHECK(nv_dynamic.dynamic_smem_bytes() == 8 * (128 * 128 + 4608) + 2048 + 2 * 128 * 144);
+  CHECK(nv_dynamic.dynamic_smem_bytes() == 8 * (128 * 128 + 4608) + 2048 + 2 * 128 * 144 + 1024);
   auto nv_gathered = nv;  // gathered token rows: 16 tail rows (whole gather steps)
   nv_gathered.fusion.gather_a = true;
-  CHECK(nv_gathered.dynamic_smem_bytes() == 8 * ((128 + 16) * 128 + 4608) + 2048 + 2 * 128 * 144);
+  CHECK(nv_gathered.dynamic_smem_bytes() == 8 * ((128 + 16) * 128 + 4608) + 2048 + 2 * 128 * 144 + 1024);
   auto nv_scattered = nv;
   nv_scattered.fusion.scatter_c = nv_scattered.fusion.routing_weight = true;
   CHECK(nv_scattered.dynamic_smem_bytes() == nv.dynamic_smem_bytes());
@@ -245,7 +246,11 @@ TEST_CASE("FP8 hopper shared memory: C staging only where it fits beside the sta
   CHECK(fp8("tile=128x192x128,stages=5").dynamic_smem_bytes() == 5 * 320 * 128 + 2048);
   CHECK_FALSE(fp8("tile=64x256x128,stages=5").stages_c());
   CHECK(fp8("tile=64x256x128,stages=5").dynamic_smem_bytes() == 5 * 320 * 128 + 2048);
-  CHECK_FALSE(KernelSpec::parse("family=hopper,a=bf16,b=mxfp4,tile=128x128x64,stages=8").stages_c());  // its own staging
+  // 4-bit weight-only: 128- and 256-token tiles without epilogue fusions (TMA stores of C, v24).
+  CHECK(KernelSpec::parse("family=hopper,a=bf16,b=mxfp4,tile=128x128x64,stages=8").stages_c());
+  CHECK(KernelSpec::parse("family=hopper,a=bf16,b=nvfp4,tile=256x128x64,stages=4,fuse=gather").stages_c());
+  CHECK_FALSE(KernelSpec::parse("family=hopper,a=bf16,b=mxfp4,tile=128x128x64,stages=8,fuse=scatter").stages_c());
+  CHECK_FALSE(KernelSpec::parse("family=hopper,a=bf16,b=mxfp4,tile=64x128x64,stages=8").stages_c());
   CHECK_FALSE(KernelSpec::parse("family=portable,arch=sm_80").stages_c());
 }
 

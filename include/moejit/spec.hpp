@@ -79,6 +79,8 @@ struct Fusion {
     return gather_a || scatter_c || routing_weight || bias || atomic || activation != Activation::none;
   }
   bool glu_activation() const { return is_glu(activation); }
+  // Fusions applied in the epilogue (all but gather_a); Fuse::epilogue in kernel_templates/moejit/common/fusion.cuh.
+  bool epilogue() const { return scatter_c || routing_weight || bias || atomic || activation != Activation::none; }
 };
 
 // 128-bit content key (XXH3-128); hex() is 32 lowercase hex digits.
@@ -111,8 +113,10 @@ struct KernelSpec {
   bool is_weight_only_4bit() const { return a == DType::bf16 && (b == DType::mxfp4 || b == DType::nvfp4); }
   int threads_per_cta() const;
   int dynamic_smem_bytes() const;  // mirrors smem_bytes<...>() of the kernel template
-  // Hopper bf16/f16 and FP8 kernels: C goes out through 32 KB of shared memory and TMA stores
-  // (the launch passes a tensor map of C), where that fits beside the stages; else from registers.
+  // Hopper kernels whose C goes out through shared memory and TMA stores (the launch passes a
+  // tensor map of C): bf16/f16 and FP8 where 32 KB of staging fit beside the stages; 4-bit
+  // weight-only tiles of 128 and 256 tokens without epilogue fusions. Others store from registers
+  // or copy C out with their threads.
   bool stages_c() const;
   int min_ctas_per_sm() const;     // __launch_bounds__ minimum blocks (register budget)
   bool operator==(const KernelSpec&) const = default;

@@ -273,7 +273,12 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     // without them take a copy of tma_a (decode tiles: no second encode on their launches).
     const int tail_rows = fusion.gather_a ? 0 : w4_sm90_tail_rows(spec.tile.m, false, spec.scheduler == Scheduler::dynamic);
     TmaDescriptor tma_tail = tail_rows != 0 ? make_tma_2d_swizzled(args.a, spec.a, rows, args.k, tail_rows, 64) : tma_a;
-    void* params[] = {&p, &tma_a, &tma_tail, &fp};  // the unfused kernel takes the first three
+    // C for the TMA stores of 128- and 256-token tiles without epilogue fusions (spec.stages_c()):
+    // 128-row boxes of 64 columns (128 bytes, swizzled); other kernels take a copy of tma_a.
+    TmaDescriptor tma_c = spec.stages_c() ? make_tma_2d_swizzled(args.c, spec.c, std::max(static_cast<unsigned>(p.total_rows), 1u),
+                                                                 args.n, 128, 64)
+                                          : tma_a;
+    void* params[] = {&p, &tma_a, &tma_tail, &tma_c, &fp};  // the unfused kernel takes the first four
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else if (spec.family == KernelFamily::hopper) {
     // A in 64-row boxes (a 128-row tile whose group ends in its first half loads one), B in

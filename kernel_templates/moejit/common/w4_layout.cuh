@@ -39,11 +39,13 @@ __host__ __device__ constexpr long long w4_sm90_run_bytes(int k_blocks64, bool n
 
 // Shared memory of the Hopper 4-bit kernel's staged epilogue (tiles of 128 and 256 tokens): per
 // consumer warpgroup 128 token rows of its 64 C columns (128 bytes), rows 144 bytes apart (the 16
-// spare bytes put stmatrix's 8 rows of a matrix on 8 different bank quads). Smaller tiles store
-// from registers and need none (they run two CTAs per SM, which the 36 KB would not leave room for).
+// spare bytes put stmatrix's 8 rows of a matrix on 8 different bank quads; the unfused kernels use
+// 128-byte rows with the 128-byte swizzle instead, for TMA stores), + 1024 bytes to align it to the
+// swizzle atom. Smaller tiles store from registers and need none (they run two CTAs per SM, which
+// the 37 KB would not leave room for).
 __host__ __device__ constexpr int w4_sm90_c_staging_row_bytes() { return 144; }
 __host__ __device__ constexpr int w4_sm90_c_staging_bytes(int tokens) {
-  return tokens >= 128 ? 2 * 128 * w4_sm90_c_staging_row_bytes() : 0;
+  return tokens >= 128 ? 2 * 128 * w4_sm90_c_staging_row_bytes() + 1024 : 0;
 }
 
 // Rows past a whole 128- or 256-token tile that a group's last such tile multiplies too, instead of a

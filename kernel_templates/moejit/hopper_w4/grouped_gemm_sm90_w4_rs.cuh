@@ -221,6 +221,68 @@ __device__ __forceinline__ void w4_store_staged(const GroupedGemmParams& p, cons
   }
 }
 
+// The unfused kernels' store of one consumer's 64-column slice (v24): as w4_store_staged, but
+// stmatrix.trans writes each pass's 128 token rows as dense 128-byte rows with the 128-byte swizzle
+// (16-byte unit u of row r at unit u ^ (r % 8): the 8 rows of a matrix land on 8 bank quads), and a
+// pass whose 128 rows all lie inside the group goes to C by one TMA store (C's map: 64-column x
+// 128-row boxes; the map clips columns past N), so that the warpgroup goes on to the next tile while
+// the copy engine writes. A pass that crosses the group's end is copied by the threads, per row.
+// Why: the FP8 kernel's TMA-store epilogue took 0.96-0.97x the time where K is short (v24), and the
+// 4-bit kernel on Qwen3 down 16384 (K = 768) ran 1.11x the bf16 kernel's time, whose C goes by TMA.
+// Thread 0 of the warpgroup issues the stores and, before the staging is written again, waits
+// until they have read it; `staging` is 1024-byte aligned (the swizzle atom).
+template <int kTypeC, int kAccRegs>
+__device__ __forceinline__ void w4_store_staged_tma(const GroupedGemmParams& p, const TmaDescriptor& tma_c,
+                                                    const float (&acc)[kAccRegs], const TileCoord& tile, int col0,
+                                                    int token0, unsigned staging, int t, int barrier_id) {
+  constexpr int kHalves = kAccRegs / 64;  // 128 tokens per pass through the staging
+  static_assert(kAccRegs % 64 == 0, "staged epilogue: 128 or 256 tokens");
+  const int warp = t / 32, lane = t % 32;
+  const int matrix = lane / 8;  // stmatrix x4: lanes 8i..8i+7 give matrix i's row addresses
+  // Matrix i of an x4: token group j + (i >> 1) (rows), 16-byte unit 2 warp + (i & 1) of the row.
+  const unsigned my_row = staging + ((matrix >> 1) * 8 + lane % 8) * 128 + (((2 * warp + (matrix & 1)) ^ (lane % 8)) * 16);
+#pragma unroll
+  for (int half = 0; half < kHalves; ++half) {
+    if (t == 0) tma_store_wait_read<0>();
+    named_barrier_sync<128>(barrier_id);  // the previous pass's stores (TMA or threads) have read the staging
+#pragma unroll
+    for (int j = 16 * half; j < 16 * half + 16; j += 2) {
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                       my_row + (j - 16 * half) * 8 * 128),
+                   "r"(pack_pair<kTypeC>(acc[4 * j], acc[4 * j + 1])), "r"(pack_pair<kTypeC>(acc[4 * j + 2], acc[4 * j + 3])),
+                   "r"(pack_pair<kTypeC>(acc[4 * j + 4], acc[4 * j + 5])), "r"(pack_pair<kTypeC>(acc[4 * j + 6], acc[4 * j + 7]))
+                   : "memory");
+    }
+    const int first = token0 + 128 * half;  // the pass's first group-local token
+    if (first + 128 <= tile.group_rows) {   // uniform over the warpgroup
+      fence_proxy_async_shared();
+      named_barrier_sync<128>(barrier_id);
+      if (t == 0) {
+        tma_store_2d(tma_c, staging, col0, tile.row_begin + first);
+        tma_store_commit();
+      }
+    } else {
+      named_barrier_sync<128>(barrier_id);
+      // 8 consecutive threads copy one row's 8 units; rows past the group (or all of them, for a
+      // 256-token tile's second pass past it) are not written. Not unrolled: only group ends take it.
+      const int unit = t % 8;
+      const int col = col0 + unit * 8;
+      if (col < p.n) {
+        using T = typename StorageOf<kTypeC>::type;
+        T* const c = static_cast<T*>(p.c) + static_cast<long long>(tile.row_begin + first) * p.n + col;
+#pragma unroll 1
+        for (int r = t / 8; r < tile.group_rows - first && r < 128; r += 16) {
+          uint4 v;
+          asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                       : "r"(staging + r * 128 + ((unit ^ (r % 8)) * 16)));
+          *reinterpret_cast<uint4*>(c + static_cast<long long>(r) * p.n) = v;
+        }
+      }
+    }
+  }
+}
+
 // The C rows and routing weights of a staged pass's 128 tokens (w4_fused_store_staged), lane l
 // holding token token0 + 32 s + l's in [s]: its C row (routed, or scattered; -1: not written) and
 // routing weight (0 past the group). Shuffles hand them to the lanes that use them. Why: 32
@@ -418,7 +480,8 @@ __host__ __device__ constexpr int w4rs_ctas_per_sm() {
 template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP4, class Fuse = NoFusion,
           int kRowsW = 128, int kScheduler = kSchedulerStatic>
 __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
-                                                   const TmaDescriptor& tma_tail, const FusionParams* f = nullptr) {
+                                                   const TmaDescriptor& tma_tail, const TmaDescriptor& tma_c,
+                                                   const FusionParams* f = nullptr) {
   static_assert(!Fuse::glu_split && !Fuse::atomic, "4-bit Hopper kernel: no split GLU, no atomic combine");
   static_assert(kTokens == 16 || kTokens == 32 || kTokens == 48 || kTokens == 64 || kTokens == 128 || kTokens == 256,
                 "tokens per tile: 16, 32, 48, 64, 128 or 256");
@@ -494,12 +557,15 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   // 128- and 256-token tiles: each consumer's C staging (w4_store_staged, w4_fused_store_staged),
   // after the barriers' 1024 bytes (the 2048 spare bytes hold those and the stages' alignment;
   // placed before the barriers it moved their offsets and the 24-register producer spilled, ptxas).
+  // Aligned to 1024 bytes for the unfused kernels' swizzled staging and TMA stores (w4_store_staged_tma).
   constexpr bool kStagedC = w4_sm90_c_staging_bytes(kTokens) > 0;
-  const unsigned c_staging = full_bars + 1024;
+  constexpr bool kTmaStoreC = kStagedC && !Fuse::epilogue;
+  const unsigned c_staging = (full_bars + 1024 + 1023) & ~1023u;
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(tma_a);
     if constexpr (kTailRows != 0) tma_prefetch_descriptor(tma_tail);
+    if constexpr (kTmaStoreC) tma_prefetch_descriptor(tma_c);
     for (int st = 0; st < kStages; ++st) {
       // fuse=gather: + one cp.async arrival per producer thread (the token rows come by cp.async).
       mbarrier_init(full_bars + 8 * st, Fuse::gather && !Fuse::gather_tma ? 1 + 128 : 1);
@@ -897,12 +963,13 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         // n_base less this thread's row offset: the slice's first column. (Written as slice_row's
         // terms without the offset, ptxas allocated the k-loop's registers otherwise; kept as measured.)
         const int col0 = n_base - warp_in_group * 16 - lane / 4;
-        const unsigned my_staging = c_staging + consumer * (w4_sm90_c_staging_bytes(kTokens) / 2);
+        const unsigned my_staging = c_staging + consumer * 128 * w4_sm90_c_staging_row_bytes();  // 18 KB: 1024-aligned
         if constexpr (kStagedC && Fuse::epilogue) {
           w4_fused_store_staged<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, col0, tile.m_block * kTokens, first_pass,
                                                         my_staging, t, 1 + consumer);
-        } else if constexpr (kStagedC) {
-          w4_store_staged<kTypeC, kAccRegs>(p, acc[i], tile, col0, tile.m_block * kTokens, my_staging, t, 1 + consumer);
+        } else if constexpr (kTmaStoreC) {
+          w4_store_staged_tma<kTypeC, kAccRegs>(p, tma_c, acc[i], tile, col0, tile.m_block * kTokens, my_staging, t,
+                                                1 + consumer);
         } else if constexpr (Fuse::epilogue) {
           w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
         } else {
@@ -921,6 +988,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         }
       }
     }
+    // Shared memory must outlive the TMA stores' reads of it.
+    if (kTmaStoreC && t == 0) tma_store_wait_all();
   }
 }
 
