@@ -38,13 +38,12 @@ namespace moejit::hopper {
 constexpr int kFp8BlockK = 128;  // K elements per stage = per scale block = one 128-byte swizzle row
 
 // C through shared memory and TMA stores (hopper/epilogue.cuh, as the bf16 kernel's) where its
-// 32 KB fit beside the tile's stages without taking one: 128x256 with 4 stages (the heuristic's
-// tile from 48 rows per expert where N pads little to 256) and 128x128 with 6. The 128x192 and
-// 64x256 tiles keep 5 stages and store from registers. Why: both consumers finish a tile
+// 32 KB fit beside the tile's stages: 128x256 and 128x192 with 4 stages (the heuristic's prefill
+// tiles) and 128x128 with 6; 128x192 and 64x256 with 5 store from registers. Why: both consumers finish a tile
 // together, and with register stores the tensor cores idle while they store; v11 measured the
 // register-store epilogue skipped at 1.094x in geomean over the 4096/16384-token cases, up to
-// 1.29x where K is short (Qwen3 down, K = 768). Staged on 128x192 by dropping to 4 stages it
-// gained 3-9% on those and lost 6-9% where the stage mattered (docs/perf.md v11, v24).
+// 1.29x where K is short (Qwen3 down, K = 768). Staged, 0.96-0.98x the time at 16384 tokens, and
+// 128x192 runs faster at 4 stages staged than at 5 (docs/perf.md v11, v24).
 template <int kBlockM, int kBlockN, int kStages>
 __host__ __device__ constexpr bool fp8_c_staged() {
   return kStages * (kBlockM + kBlockN) * kFp8BlockK + 2048 + 2 * (int)kCStageBytesPerConsumer <= 232448;

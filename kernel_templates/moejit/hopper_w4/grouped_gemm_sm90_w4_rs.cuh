@@ -178,61 +178,23 @@ __device__ __forceinline__ void w4_copy_out_staged(const GroupedGemmParams& p, i
   }
 }
 
-// Stores one consumer's 64-column slice of a 128- or 256-token tile through shared memory. The
-// accumulator is C transposed (register 4j + 2h + e: C column n_base + 8h, token 8j + 2(lane%4) + e),
-// which is exactly stmatrix's m8n8 fragment with weight rows as the matrix rows; .trans writes
-// each matrix with tokens as its rows, so the staging holds C rows (tokens) of 64 columns. The
-// warpgroup then copies it out in 16-byte pieces (w4_copy_out_staged).
-// Rows past the group and pieces past N are not written.
-// Why: stored from registers, the transposed layout wrote 8 half sectors per store instruction,
-// and the epilogue took 8-28% of the prefill kernels' time (docs/perf.md v18).
-// Barrier `barrier_id` (128 threads) orders the previous pass's reads before this pass's writes
-// and these writes before the reads.
+// Stores one consumer's 64-column slice of a 128- or 256-token tile without epilogue fusions through
+// shared memory. The accumulator is C transposed (register 4j + 2h + e: C column n_base + 8h, token
+// 8j + 2(lane%4) + e), which is exactly stmatrix's m8n8 fragment with weight rows as the matrix
+// rows; .trans writes each matrix with tokens as its rows, so the staging holds C rows (tokens) of
+// 64 columns: dense 128-byte rows with the 128-byte swizzle (16-byte unit u of row r at u ^ (r % 8):
+// the 8 rows of a matrix land on 8 bank quads). A pass (128 tokens) whose rows all lie inside the
+// group goes to C by one TMA store (C's map: 128-row x 64-column boxes; the map clips columns past
+// N), so that the warpgroup goes on to the next tile while the copy engine writes; a pass over the
+// group's end is copied by the threads, per row. Thread 0 of the warpgroup issues the stores and,
+// before the staging is written again, waits until they have read it; `staging` is 1024-byte
+// aligned (the swizzle atom). Barrier `barrier_id` (128 threads) orders each pass's reads before
+// the next pass's writes and these writes before the reads.
+// Why: stored from registers, the transposed layout wrote 8 half sectors per store instruction and
+// the epilogue took 8-28% of the prefill kernels' time (docs/perf.md v18: staged, copied out by the
+// threads, 0.95-0.96x); by TMA, MXFP4 at 4096/16384 tokens 0.98x, Qwen3 down 16384 (K = 768) 0.91x (v24).
 template <int kTypeC, int kAccRegs>
-__device__ __forceinline__ void w4_store_staged(const GroupedGemmParams& p, const float (&acc)[kAccRegs], const TileCoord& tile,
-                                                int col0, int token0, unsigned staging, int t, int barrier_id) {
-  constexpr int kRowBytes = w4_sm90_c_staging_row_bytes();
-  constexpr int kHalves = kAccRegs / 64;  // 128 tokens per pass through the staging
-  static_assert(kAccRegs % 64 == 0, "staged epilogue: 128 or 256 tokens");
-  const int warp = t / 32, lane = t % 32;
-  const int matrix = lane / 8;  // stmatrix x4: lanes 8i..8i+7 give matrix i's row addresses
-  // Matrix i of an x4: token group j + (i >> 1), columns 16 warp + 8 (i & 1) of the slice.
-  const unsigned my_row = staging + (matrix >> 1) * 8 * kRowBytes + (lane % 8) * kRowBytes + warp * 32 + (matrix & 1) * 16;
-  // A slice wholly past N stores nothing, by masking (no early return: ptxas could not prove it
-  // uniform, and a possibly divergent branch in the tile loop made it re-converge the warps
-  // before every wgmma, WARPSYNC + R2UR).
-#pragma unroll
-  for (int half = 0; half < kHalves; ++half) {
-    named_barrier_sync<128>(barrier_id);  // the previous pass has read the staging
-#pragma unroll
-    for (int j = 16 * half; j < 16 * half + 16; j += 2) {
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
-                       my_row + (j - 16 * half) * 8 * kRowBytes),
-                   "r"(pack_pair<kTypeC>(acc[4 * j], acc[4 * j + 1])), "r"(pack_pair<kTypeC>(acc[4 * j + 2], acc[4 * j + 3])),
-                   "r"(pack_pair<kTypeC>(acc[4 * j + 4], acc[4 * j + 5])), "r"(pack_pair<kTypeC>(acc[4 * j + 6], acc[4 * j + 7]))
-                   : "memory");
-    }
-    named_barrier_sync<128>(barrier_id);
-    w4_copy_out_staged<64>(p, p.n, col0, staging, t, [&](int row, int, int& to) {
-      const int token = token0 + 128 * half + row;
-      to = tile.row_begin + token;
-      return token < tile.group_rows;
-    });
-  }
-}
-
-// The unfused kernels' store of one consumer's 64-column slice (v24): as w4_store_staged, but
-// stmatrix.trans writes each pass's 128 token rows as dense 128-byte rows with the 128-byte swizzle
-// (16-byte unit u of row r at unit u ^ (r % 8): the 8 rows of a matrix land on 8 bank quads), and a
-// pass whose 128 rows all lie inside the group goes to C by one TMA store (C's map: 64-column x
-// 128-row boxes; the map clips columns past N), so that the warpgroup goes on to the next tile while
-// the copy engine writes. A pass that crosses the group's end is copied by the threads, per row.
-// Why: the FP8 kernel's TMA-store epilogue took 0.96-0.97x the time where K is short (v24), and the
-// 4-bit kernel on Qwen3 down 16384 (K = 768) ran 1.11x the bf16 kernel's time, whose C goes by TMA.
-// Thread 0 of the warpgroup issues the stores and, before the staging is written again, waits
-// until they have read it; `staging` is 1024-byte aligned (the swizzle atom).
-template <int kTypeC, int kAccRegs>
-__device__ __forceinline__ void w4_store_staged_tma(const GroupedGemmParams& p, const TmaDescriptor& tma_c,
+__device__ __forceinline__ void w4_store_staged(const GroupedGemmParams& p, const TmaDescriptor& tma_c,
                                                     const float (&acc)[kAccRegs], const TileCoord& tile, int col0,
                                                     int token0, unsigned staging, int t, int barrier_id) {
   constexpr int kHalves = kAccRegs / 64;  // 128 tokens per pass through the staging
@@ -319,8 +281,9 @@ struct W4PassRows {
   }
 };
 
-// The fused epilogue (w4_fused_store's math) of a 128- or 256-token tile, stored through the same
-// staging as w4_store_staged: bias, activation and routing weight are applied in registers, then
+// The fused epilogue (w4_fused_store's math) of a 128- or 256-token tile, stored through the
+// staging (rows 144 bytes apart here, w4_sm90_c_staging_row_bytes; the threads copy them out):
+// bias, activation and routing weight are applied in registers, then
 // - no GLU: the 64 columns go through stmatrix.trans as in w4_store_staged;
 // - interleaved GLU: each lane holds one output column (gate/up pair, w4_fused_store) of its
 //   tokens; one shuffle puts output column r of the warp's 8 on lanes 4r..4r+3, which makes the
@@ -557,7 +520,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   // 128- and 256-token tiles: each consumer's C staging (w4_store_staged, w4_fused_store_staged),
   // after the barriers' 1024 bytes (the 2048 spare bytes hold those and the stages' alignment;
   // placed before the barriers it moved their offsets and the 24-register producer spilled, ptxas).
-  // Aligned to 1024 bytes for the unfused kernels' swizzled staging and TMA stores (w4_store_staged_tma).
+  // Aligned to 1024 bytes for the unfused kernels' swizzled staging and TMA stores (w4_store_staged).
   constexpr bool kStagedC = w4_sm90_c_staging_bytes(kTokens) > 0;
   constexpr bool kTmaStoreC = kStagedC && !Fuse::epilogue;
   const unsigned c_staging = (full_bars + 1024 + 1023) & ~1023u;
@@ -968,8 +931,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
           w4_fused_store_staged<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, col0, tile.m_block * kTokens, first_pass,
                                                         my_staging, t, 1 + consumer);
         } else if constexpr (kTmaStoreC) {
-          w4_store_staged_tma<kTypeC, kAccRegs>(p, tma_c, acc[i], tile, col0, tile.m_block * kTokens, my_staging, t,
-                                                1 + consumer);
+          w4_store_staged<kTypeC, kAccRegs>(p, tma_c, acc[i], tile, col0, tile.m_block * kTokens, my_staging, t,
+                                            1 + consumer);
         } else if constexpr (Fuse::epilogue) {
           w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
         } else {
