@@ -78,9 +78,9 @@ std::vector<Family> families() {
   if (arch.sm() == 90 && arch.arch_specific)
     // 4-bit (tokens x 128 x 64; 128 and 256 tokens store C through shared memory) and FP8
     // (128x128x128, 64x256x128, 128x192x128, 128x256x128; C staged for TMA stores on all but
-    // 64x256 and 128x192 s5, the register-store ones) tiles; each format takes its own.
+    // 64x256 s5 and 128x192 s5, the register-store ones) tiles; each format takes its own.
     for (const char* t : {"tile=64x128x64,stages=8", "tile=128x128x64,stages=8", "tile=256x128x64,stages=4", "tile=32x128x64,stages=8",
-                          "tile=16x128x64,stages=8", "tile=48x128x64,stages=8", "tile=128x128x128,stages=6", "tile=64x256x128,stages=5",
+                          "tile=16x128x64,stages=8", "tile=48x128x64,stages=8", "tile=128x128x128,stages=6", "tile=64x256x128,stages=4", "tile=64x256x128,stages=5",
                           "tile=128x192x128,stages=4", "tile=128x192x128,stages=5", "tile=128x256x128,stages=4"})
       out.push_back({KernelFamily::hopper, t});
   return out;

@@ -33,7 +33,11 @@ constexpr int kSplitTailMinK = 4096;
 // The switch sits between, at 48. 128x128 (6 stages) won no suite case and is left to the tuner.
 // (v9's rule, on older kernels: 64x256 below 256 rows, 128x128 between 256 and 512 rows with K <
 // 1024.) Scheduler: scheduler_for above.
-constexpr TileChoice kFp8Small = {{64, 256, 128}, 5, 1, 1};
+// 64x256 at 4 stages since v24, C staged for TMA stores (0.99x the time of 5 stages with register
+// stores over the 16/128-token cases in turns, 16 of 18 cases at or under 1.00x: docs/results/
+// 2026-11-26-v24-decode-turns.txt); 5 stages stay a tuner candidate.
+constexpr TileChoice kFp8Small = {{64, 256, 128}, 4, 1, 1};
+constexpr TileChoice kFp8SmallDeep = {{64, 256, 128}, 5, 1, 1};
 constexpr TileChoice kFp8Large = {{128, 128, 128}, 6, 1, 1};
 // 128x192 with 4 stages since v24, where its C staging (TMA stores) fits beside them: in turns
 // against 5 stages and register stores (H100, two processes, docs/results/2026-11-26-v24-tile-turns.txt):
@@ -397,7 +401,7 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
     return out;
   }
   if (!hopper_capable(arch)) return {};
-  for (const TileChoice& t : {kFp8Small, kFp8Large, kFp8Wide, kFp8WideSplit, kFp8WideDeep, kFp8Full})
+  for (const TileChoice& t : {kFp8Small, kFp8SmallDeep, kFp8Large, kFp8Wide, kFp8WideSplit, kFp8WideDeep, kFp8Full})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (DType c : {DType::bf16, DType::f16, DType::f32})
         for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {

@@ -29,7 +29,7 @@ constexpr TileConfig kHopperTiles[] = {
 // pair's second CTA would mostly only pass B on.
 constexpr double kPairMMinRowsPerGroup = 256;
 // FP8 block-scaled: the four tiles its kernel implements (K = one 128-wide scale block).
-constexpr TileConfig kFp8Tiles[] = {{{64, 256, 128}, 5, 1, 1}, {{128, 128, 128}, 6, 1, 1}, {{128, 192, 128}, 4, 1, 1},
+constexpr TileConfig kFp8Tiles[] = {{{64, 256, 128}, 4, 1, 1}, {{64, 256, 128}, 5, 1, 1}, {{128, 128, 128}, 6, 1, 1}, {{128, 192, 128}, 4, 1, 1},
                                     {{128, 192, 128}, 5, 1, 1}, {{128, 256, 128}, 4, 1, 1}};
 // 4-bit weight-only: tokens per tile.
 constexpr TileConfig kW4Tiles[] = {{{16, 128, 64}, 8, 1, 1}, {{32, 128, 64}, 8, 1, 1}, {{48, 128, 64}, 8, 1, 1},

@@ -195,8 +195,8 @@ __device__ __forceinline__ void w4_copy_out_staged(const GroupedGemmParams& p, i
 // threads, 0.95-0.96x); by TMA, MXFP4 at 4096/16384 tokens 0.98x, Qwen3 down 16384 (K = 768) 0.91x (v24).
 template <int kTypeC, int kAccRegs>
 __device__ __forceinline__ void w4_store_staged(const GroupedGemmParams& p, const TmaDescriptor& tma_c,
-                                                    const float (&acc)[kAccRegs], const TileCoord& tile, int col0,
-                                                    int token0, unsigned staging, int t, int barrier_id) {
+                                                const float (&acc)[kAccRegs], const TileCoord& tile, int col0, int token0,
+                                                unsigned staging, int t, int barrier_id) {
   constexpr int kHalves = kAccRegs / 64;  // 128 tokens per pass through the staging
   static_assert(kAccRegs % 64 == 0, "staged epilogue: 128 or 256 tokens");
   const int warp = t / 32, lane = t % 32;
@@ -226,20 +226,21 @@ __device__ __forceinline__ void w4_store_staged(const GroupedGemmParams& p, cons
     } else {
       named_barrier_sync<128>(barrier_id);
       // 8 consecutive threads copy one row's 8 units; rows past the group (or all of them, for a
-      // 256-token tile's second pass past it) are not written. Not unrolled: only group ends take it.
+      // 256-token tile's second pass past it) are not written. Unrolled with masked stores: a
+      // not-unrolled loop bounded by the group made ptxas serialize the MXFP4 128-token dynamic
+      // kernel's wgmmas (C7511).
       const int unit = t % 8;
-      const int col = col0 + unit * 8;
-      if (col < p.n) {
-        using T = typename StorageOf<kTypeC>::type;
-        T* const c = static_cast<T*>(p.c) + static_cast<long long>(tile.row_begin + first) * p.n + col;
-#pragma unroll 1
-        for (int r = t / 8; r < tile.group_rows - first && r < 128; r += 16) {
-          uint4 v;
-          asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                       : "r"(staging + r * 128 + ((unit ^ (r % 8)) * 16)));
-          *reinterpret_cast<uint4*>(c + static_cast<long long>(r) * p.n) = v;
-        }
+      const bool unit_in_n = col0 + unit * 8 < p.n;
+      uint4* const c_unit = reinterpret_cast<uint4*>(static_cast<unsigned short*>(p.c) + col0 + unit * 8);
+      const long long row_units = p.n / 8;  // C's row stride in 16-byte units
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int r = t / 8 + 16 * i;  // r % 8 == (t / 8) % 8
+        uint4 v;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(staging + r * 128 + ((unit ^ (r % 8)) * 16)));
+        if (unit_in_n && first + r < tile.group_rows) c_unit[(tile.row_begin + first + r) * row_units] = v;
       }
     }
   }
