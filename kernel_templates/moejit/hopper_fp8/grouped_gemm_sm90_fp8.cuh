@@ -38,7 +38,7 @@ namespace moejit::hopper {
 constexpr int kFp8BlockK = 128;  // K elements per stage = per scale block = one 128-byte swizzle row
 
 // C through shared memory and TMA stores (hopper/epilogue.cuh, as the bf16 kernel's) where its
-// 32 KB fit beside the tile's stages: 128x256 and 128x192 with 4 stages (the heuristic's prefill
+// 32 KB fit beside the tile's stages: 128x256, 128x192 and 64x256 with 4 stages (the heuristic's
 // tiles) and 128x128 with 6; 128x192 and 64x256 with 5 store from registers. Why: both consumers finish a tile
 // together, and with register stores the tensor cores idle while they store; v11 measured the
 // register-store epilogue skipped at 1.094x in geomean over the 4096/16384-token cases, up to
