@@ -75,12 +75,10 @@ struct Fusion {
   GluLayout glu = GluLayout::interleaved;  // meaningful for GLU activations only
   GatherLoad gather_by = GatherLoad::cp_async;  // meaningful with gather_a on the Hopper family only
   bool operator==(const Fusion&) const = default;
-  bool any() const {
-    return gather_a || scatter_c || routing_weight || bias || atomic || activation != Activation::none;
-  }
-  bool glu_activation() const { return is_glu(activation); }
   // Fusions applied in the epilogue (all but gather_a); Fuse::epilogue in kernel_templates/moejit/common/fusion.cuh.
   bool epilogue() const { return scatter_c || routing_weight || bias || atomic || activation != Activation::none; }
+  bool any() const { return gather_a || epilogue(); }
+  bool glu_activation() const { return is_glu(activation); }
 };
 
 // 128-bit content key (XXH3-128); hex() is 32 lowercase hex digits.

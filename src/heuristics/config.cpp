@@ -127,7 +127,7 @@ constexpr int kW4LargeTileMaxRowsMxfp4 = 2048;
 // NVFP4 after its scales were re-encoded (v20: 2 widening instructions per pair of rows' scales, 5
 // before), in turns (docs/results/2026-11-25-v20-nvfp4-scales.txt): 128 tokens take 0.952-0.978x
 // the time of 256 at 512 rows (gpt-oss, DeepSeek-V3 16384 tokens), 0.965 / 0.997 at 1024 rows on
-// Mixtral but 1.042 / 1.081 on Qwen3 (K = 2048 / 768), 1.04 / 1.21 at 4096 rows. So up to 512 rows.
+// Mixtral but 1.042 / 1.081 on Qwen3 (K = 2048 / 768), 1.04 / 1.21 at 4096 rows. So up to 512 rows (v20-v23).
 // With tail rows on both tiles (v23), in turns again (v24; docs/results/2026-11-26-v24-tile-turns.txt):
 // NVFP4 at 512 rows takes 0.944-0.964x the time on 256 tokens (gpt-oss, DeepSeek-V3 16384 tokens;
 // the last tile's ≤ 24 extra rows no longer cost 256 a tile of padding), at 256 rows 1.009x on
