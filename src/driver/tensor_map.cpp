@@ -20,8 +20,14 @@ TmaDescriptor make_tma_2d_swizzled(const void* base, DType type, std::uint64_t r
                                   : type == DType::f16  ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                   : type == DType::e4m3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  // The swizzle spans a box row: 128 bytes (every operand box and most C boxes), or 64 (the 4-bit
+  // fused GEMM1's 32 GLU output columns of bf16, w4_fused_store_staged).
+  const std::uint32_t row_bytes = box_cols * element_bytes(type);
+  const CUtensorMapSwizzle swizzle = row_bytes == 64   ? CU_TENSOR_MAP_SWIZZLE_64B
+                                     : row_bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                       : CU_TENSOR_MAP_SWIZZLE_128B;
   MOEJIT_CU(driver().cuTensorMapEncodeTiled(&map, data_type, 2, const_cast<void*>(base), dims, strides, box,
-                                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   TmaDescriptor out;
   std::memcpy(&out, &map, sizeof out);

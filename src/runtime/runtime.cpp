@@ -273,10 +273,11 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     // without them take a copy of tma_a (decode tiles: no second encode on their launches).
     const int tail_rows = fusion.gather_a ? 0 : w4_sm90_tail_rows(spec.tile.m, false, spec.scheduler == Scheduler::dynamic);
     TmaDescriptor tma_tail = tail_rows != 0 ? make_tma_2d_swizzled(args.a, spec.a, rows, args.k, tail_rows, 64) : tma_a;
-    // C for the TMA stores of 128- and 256-token tiles without epilogue fusions (spec.stages_c()):
-    // 128-row boxes of 64 columns (128 bytes, swizzled); other kernels take a copy of tma_a.
+    // C for the TMA stores of 128- and 256-token tiles (spec.stages_c()): 128-row boxes of a
+    // consumer slice's 64 columns (128 bytes, 128-byte swizzle), or of its 32 GLU output columns
+    // (64 bytes, 64-byte swizzle) for the fused GEMM1; other kernels take a copy of tma_a.
     TmaDescriptor tma_c = spec.stages_c() ? make_tma_2d_swizzled(args.c, spec.c, std::max(static_cast<unsigned>(p.total_rows), 1u),
-                                                                 args.n, 128, 64)
+                                                                 n_out, 128, fusion.glu_activation() ? 32 : 64)
                                           : tma_a;
     void* params[] = {&p, &tma_a, &tma_tail, &tma_c, &fp};  // the unfused kernel takes the first four
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));

@@ -264,8 +264,9 @@ bool KernelSpec::stages_c() const {
   // 16-bit A and B, or 128-wide of e4m3: 128 bytes per tile row either way), 2048 bytes of
   // alignment and barriers, and the C staging must fit in 227 KB.
   if (family != KernelFamily::hopper) return false;
-  // hopper_w4/: w4_store_staged (its staging is counted in w4_sm90_c_staging_bytes).
-  if (is_weight_only_4bit()) return tile.m >= 128 && !fusion.epilogue();
+  // hopper_w4/: w4_store_staged, and w4_fused_store_staged for a GLU without scatter (the layers'
+  // GEMM1: w4_fused_tma_store); its staging is counted in w4_sm90_c_staging_bytes.
+  if (is_weight_only_4bit()) return tile.m >= 128 && (!fusion.epilogue() || (fusion.glu_activation() && !fusion.scatter_c));
   return stages * (tile.m + tile.n) * 128 + 2048 + kCStagingBytes <= 227 * 1024;
 }
 

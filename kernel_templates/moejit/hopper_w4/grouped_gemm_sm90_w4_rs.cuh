@@ -155,10 +155,13 @@ __device__ __forceinline__ void w4_store(const GroupedGemmParams& p, const float
 // the pass's row r and says whether it is written (not past the group, not a scatter padding
 // row); r / 32 is a constant once unrolled. The Runtime requires C aligned to 16 and
 // n_out % 8 == 0, so a piece is wholly inside n_out or past it.
-template <int kCols, class OutRow>
+// kSwizzled64 (32 columns for a TMA store, w4_fused_store_staged): rows 64 bytes apart, 16-byte unit
+// u of row r at u ^ (r / 2 % 4) (the 64-byte swizzle).
+template <int kCols, class OutRow, bool kSwizzled64 = false>
 __device__ __forceinline__ void w4_copy_out_staged(const GroupedGemmParams& p, int n_out, int col0, unsigned staging,
                                                    int t, OutRow out_row) {
-  constexpr int kRowBytes = w4_sm90_c_staging_row_bytes();
+  static_assert(!kSwizzled64 || kCols == 32, "the 64-byte swizzled staging holds 32 columns");
+  constexpr int kRowBytes = kSwizzled64 ? 64 : w4_sm90_c_staging_row_bytes();
   constexpr int kPieces = kCols / 8;        // 16-byte pieces per staged row
   constexpr int kRowsPerStep = 128 / kPieces;
   const int piece = t % kPieces;
@@ -173,7 +176,7 @@ __device__ __forceinline__ void w4_copy_out_staged(const GroupedGemmParams& p, i
     uint4 v;
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(staging + row * kRowBytes + piece * 16));
+                 : "r"(staging + row * kRowBytes + (kSwizzled64 ? (piece ^ ((row >> 1) & 3)) : piece) * 16));
     if (piece_in_n && row_ok) c_piece[to * row_pieces] = v;
   }
 }
@@ -282,6 +285,14 @@ struct W4PassRows {
   }
 };
 
+// Fused 128- and 256-token kernels whose staged C goes out by TMA stores: a GLU (32 output columns
+// per consumer slice, 64-byte rows) without scatter, whose C rows are the routed rows in place (the
+// layers' GEMM1, gathered or not). Scattered rows (GEMM2) are copied by the threads.
+template <class Fuse>
+__host__ __device__ constexpr bool w4_fused_tma_store() {
+  return Fuse::glu && !Fuse::scatter;
+}
+
 // The fused epilogue (w4_fused_store's math) of a 128- or 256-token tile, stored through the
 // staging (rows 144 bytes apart here, w4_sm90_c_staging_row_bytes; the threads copy them out):
 // bias, activation and routing weight are applied in registers, then
@@ -293,11 +304,18 @@ struct W4PassRows {
 // The copy-out writes each row to its scattered row with fuse=scatter (padding rows, -1, and rows
 // past the group are not written). Why: the register stores of the transposed accumulator wrote
 // half sectors, as in the unfused kernel (docs/perf.md v18, v19).
-template <int kTypeC, class Fuse, int kAccRegs>
+// kTmaGlu (a GLU without scatter: the layers' GEMM1; w4_fused_tma_store): the staging holds dense
+// 64-byte rows with the 64-byte swizzle instead, and a pass whose 128 rows lie inside the group goes
+// to C by one TMA store of 128 rows x 32 columns (C's map: tma_c), as in w4_store_staged; a pass over
+// the group's end is copied by the threads. Thread 0 waits until the previous pass's store has read
+// the staging before it is written again.
+template <int kTypeC, class Fuse, int kAccRegs, bool kTmaGlu = false>
 __device__ __forceinline__ void w4_fused_store_staged(const GroupedGemmParams& p, const FusionParams& f,
-                                                      const float (&acc)[kAccRegs], const TileCoord& tile, int col0,
-                                                      int token0, const W4PassRows<Fuse>& first_pass, unsigned staging,
-                                                      int t, int barrier_id) {
+                                                      const TmaDescriptor& tma_c, const float (&acc)[kAccRegs],
+                                                      const TileCoord& tile, int col0, int token0,
+                                                      const W4PassRows<Fuse>& first_pass, unsigned staging, int t,
+                                                      int barrier_id) {
+  static_assert(!kTmaGlu || (Fuse::glu && !Fuse::scatter), "TMA stores: a GLU's rows in place (no scatter)");
   constexpr int kRowBytes = w4_sm90_c_staging_row_bytes();
   constexpr int kHalves = kAccRegs / 64;  // 128 tokens per pass through the staging
   static_assert(kAccRegs % 64 == 0, "staged epilogue: 128 or 256 tokens");
@@ -348,11 +366,15 @@ __device__ __forceinline__ void w4_fused_store_staged(const GroupedGemmParams& p
     // for odd r) is this lane's r.
     const int r = lane / 4;
     const int source = (r < 4 ? 2 * r : 2 * (r - 4) + 1) * 4 + lane % 4;
-    // Matrix i of an x4: token group j + i, the warp's 8 output columns.
-    const unsigned my_row = staging + matrix * 8 * kRowBytes + (lane % 8) * kRowBytes + warp * 16;
+    // Matrix i of an x4: token group j + i, the warp's 8 output columns (16-byte unit `warp` of the
+    // row; kTmaGlu: swizzled by the row's r / 2 % 4, and r % 8 is lane % 8 for every j).
+    constexpr unsigned kGluRowBytes = kTmaGlu ? 64 : kRowBytes;
+    const unsigned my_row = staging + (matrix * 8 + lane % 8) * kGluRowBytes +
+                            (kTmaGlu ? (warp ^ ((lane % 8) >> 1)) : warp) * 16;
 #pragma unroll
     for (int half = 0; half < kHalves; ++half) {
       const W4PassRows<Fuse>& pass = half == 0 ? first_pass : second_pass;
+      if (kTmaGlu && t == 0) tma_store_wait_read<0>();
       named_barrier_sync<128>(barrier_id);
 #pragma unroll
       for (int j = 16 * half; j < 16 * half + 16; j += 4) {
@@ -370,12 +392,28 @@ __device__ __forceinline__ void w4_fused_store_staged(const GroupedGemmParams& p
           pairs[q] = __shfl_sync(0xffffffffu, pack_pair<kTypeC>(out[0], out[1]), source);
         }
         asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
-                         my_row + (j - 16 * half) * 8 * kRowBytes),
+                         my_row + (j - 16 * half) * 8 * kGluRowBytes),
                      "r"(pairs[0]), "r"(pairs[1]), "r"(pairs[2]), "r"(pairs[3])
                      : "memory");
       }
-      named_barrier_sync<128>(barrier_id);
-      w4_copy_out_staged<32>(p, n / 2, col0 / 2, staging, t, [&](int row, int s, int& to) { return pass.row(row, s, to); });
+      auto out_row = [&](int row, int s, int& to) { return pass.row(row, s, to); };
+      if constexpr (kTmaGlu) {
+        const int first = token0 + 128 * half;  // the pass's first group-local token
+        if (first + 128 <= tile.group_rows) {   // uniform over the warpgroup
+          fence_proxy_async_shared();
+          named_barrier_sync<128>(barrier_id);
+          if (t == 0) {
+            tma_store_2d(tma_c, staging, col0 / 2, tile.row_begin + first);
+            tma_store_commit();
+          }
+        } else {
+          named_barrier_sync<128>(barrier_id);
+          w4_copy_out_staged<32, decltype(out_row), true>(p, n / 2, col0 / 2, staging, t, out_row);
+        }
+      } else {
+        named_barrier_sync<128>(barrier_id);
+        w4_copy_out_staged<32>(p, n / 2, col0 / 2, staging, t, out_row);
+      }
     }
   }
 }
@@ -523,7 +561,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   // placed before the barriers it moved their offsets and the 24-register producer spilled, ptxas).
   // Aligned to 1024 bytes for the unfused kernels' swizzled staging and TMA stores (w4_store_staged).
   constexpr bool kStagedC = w4_sm90_c_staging_bytes(kTokens) > 0;
-  constexpr bool kTmaStoreC = kStagedC && !Fuse::epilogue;
+  // TMA stores of C: unfused, or a GLU without scatter (w4_fused_tma_store; host: KernelSpec::stages_c()).
+  constexpr bool kTmaStoreC = kStagedC && (!Fuse::epilogue || w4_fused_tma_store<Fuse>());
   const unsigned c_staging = (full_bars + 1024 + 1023) & ~1023u;
 
   if (threadIdx.x == 0) {
@@ -929,8 +968,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         const int col0 = n_base - warp_in_group * 16 - lane / 4;
         const unsigned my_staging = c_staging + consumer * 128 * w4_sm90_c_staging_row_bytes();  // 18 KB: 1024-aligned
         if constexpr (kStagedC && Fuse::epilogue) {
-          w4_fused_store_staged<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, col0, tile.m_block * kTokens, first_pass,
-                                                        my_staging, t, 1 + consumer);
+          w4_fused_store_staged<kTypeC, Fuse, kAccRegs, w4_fused_tma_store<Fuse>()>(
+              p, *f, tma_c, acc[i], tile, col0, tile.m_block * kTokens, first_pass, my_staging, t, 1 + consumer);
         } else if constexpr (kTmaStoreC) {
           w4_store_staged<kTypeC, kAccRegs>(p, tma_c, acc[i], tile, col0, tile.m_block * kTokens, my_staging, t,
                                             1 + consumer);
