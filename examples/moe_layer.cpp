@@ -484,6 +484,20 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
     cudaEventElapsedTime(&total, ev[0], ev[4]);
     t.total.push_back(total);
   }
+  // Layers back to back, with no event between stages or layers (how an engine runs them, and what
+  // programmatic launches shorten: each kernel waits for the one ahead inside the GPU, not at a
+  // stream boundary; MOEJIT_PDL=0 turns them off).
+  std::vector<float> chained;
+  for (int i = 0; i < std::max(reps / 5, 3); ++i) {
+    constexpr int kLayers = 10;
+    cudaEventRecord(ev[0]);
+    for (int l = 0; l < kLayers; ++l) layer();
+    cudaEventRecord(ev[1]);
+    check_cuda(cudaEventSynchronize(ev[1]), "chained layers");
+    float ms;
+    cudaEventElapsedTime(&ms, ev[0], ev[1]);
+    chained.push_back(ms / kLayers);
+  }
   std::vector<float> plain_ms[2];
   for (int which = 0; which < 2; ++which) {
     for (int i = 0; i < 3; ++i) which ? p2.launch(plain2, nullptr) : p1.launch(plain1, nullptr);
@@ -504,11 +518,12 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
              median(t.combine), m.name, tokens, total);
   fmt::print("{},{},gemm1_plain,{:.4f}\n{},{},gemm2_plain,{:.4f}\n", m.name, tokens, median(plain_ms[0]), m.name, tokens,
              median(plain_ms[1]));
+  fmt::print("{},{},layer_chained,{:.4f}\n", m.name, tokens, median(chained));
   fmt::print(stderr,
-             "{} tokens {}: layer {:.3f} ms ({:.1f} TFLOP/s), route {:.3f}, gemm1 {:.3f} (plain {:.3f}: {:+.1f}%), gemm2 {:.3f} "
+             "{} tokens {}: layer {:.3f} ms ({:.1f} TFLOP/s; back to back {:.3f}), route {:.3f}, gemm1 {:.3f} (plain {:.3f}: {:+.1f}%), gemm2 {:.3f} "
              "(plain {:.3f}: {:+.1f}%), combine {:.3f}; checked {} tokens: rel_err {:.2e}, nan {}, routing mismatches {} -> {}\n"
              "  gemm1 {}\n  gemm2 {}\n",
-             m.name, tokens, total, flops / total / 1e9, median(t.route), median(t.gemm1), median(plain_ms[0]),
+             m.name, tokens, total, flops / total / 1e9, median(chained), median(t.route), median(t.gemm1), median(plain_ms[0]),
              100.0 * (median(t.gemm1) / median(plain_ms[0]) - 1), median(t.gemm2), median(plain_ms[1]),
              100.0 * (median(t.gemm2) / median(plain_ms[1]) - 1), median(t.combine), sample.size(), rel, nans,
              routing_mismatches, ok ? "OK" : "MISMATCH", k1.spec().to_text(), k2.spec().to_text());

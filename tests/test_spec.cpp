@@ -185,6 +185,21 @@ TEST_CASE("4-bit weight-only hopper spec: defaults, canonical text, shared memor
   portable.validate();
   CHECK(portable.tile == TileShape{128, 128, 32});
   CHECK(portable.dynamic_smem_bytes() == KernelSpec::parse("family=portable,arch=sm_80,c=f32").dynamic_smem_bytes());
+  // C by TMA stores: unfused 128/256-token tiles and a GLU without scatter (the fused GEMM1, v25).
+  CHECK(nv.stages_c());
+  CHECK_FALSE(nv_scattered.stages_c());
+  auto glu = nv_gathered;
+  glu.fusion.bias = true;
+  glu.fusion.activation = Activation::swiglu_oai;
+  CHECK(glu.stages_c());
+  glu.fusion.scatter_c = true;
+  CHECK_FALSE(glu.stages_c());
+  CHECK_FALSE(s.stages_c());  // 64 tokens: register stores
+  // Programmatic launch: every kernel but the 48-token tile waits for the grid ahead (v25).
+  CHECK(s.grid_dependency());
+  CHECK(nv.grid_dependency());
+  CHECK(portable.grid_dependency());
+  CHECK_FALSE(KernelSpec::parse("family=hopper,b=mxfp4,tile=48x128x64").grid_dependency());
 }
 
 TEST_CASE("hopper CTA pairs: 1x2 (A shared) and 2x1 (B shared) with 128-row tiles only", "[spec]") {

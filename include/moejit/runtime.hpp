@@ -133,6 +133,10 @@ struct RuntimeOptions {
   // Offline runtimes only: the SM count choose_spec assumes (prewarm for a device it cannot see;
   // 0: 1). A runtime with a device uses the device's.
   int offline_sm_count = 0;
+  // sm_90+: launches let the kernel behind them in the stream start early (programmatic dependent
+  // launch): each moejit kernel waits for the one ahead of it before it touches memory, so stream
+  // order holds, and the gap between two launches shrinks. Off (also MOEJIT_PDL=0): plain launches.
+  bool programmatic_launch = true;
 };
 
 struct TuneOptions {
@@ -166,6 +170,9 @@ class Runtime {
   bool has_device() const;
   int sm_count() const;           // offline: options.offline_sm_count
   std::string device_name() const;
+  // Launches carry the programmatic stream serialization attribute (RuntimeOptions::programmatic_launch
+  // on an sm_90+ device).
+  bool programmatic_launch() const;
 
   // Builds (or fetches from memory/disk cache) the cubin for a spec. Thread-safe:
   // concurrent calls for one spec compile it once.

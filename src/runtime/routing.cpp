@@ -113,8 +113,11 @@ void validate_combine(const CombineArgs& a) {
     bad(call, "num_tokens × top_k = {} (at most {})", (long long)a.num_tokens * a.top_k, INT32_MAX);
 }
 
-void launch(CUfunction function, unsigned grid, void* params, Stream stream, unsigned threads = kThreads) {
+void launch(const Runtime& rt, CUfunction function, unsigned grid, void* params, Stream stream, unsigned threads = kThreads) {
   CUlaunchConfig config{};
+  CUlaunchAttribute attrs[1]{};
+  config.attrs = attrs;
+  add_programmatic_launch(config, rt.programmatic_launch());
   config.gridDimX = grid;
   config.gridDimY = config.gridDimZ = 1;
   config.blockDimX = threads;
@@ -216,14 +219,14 @@ void route(Runtime& rt, const RoutingArgs& a, Stream stream) {
   runtime_make_current(rt);
   if (a.num_tokens <= kFusedMaxTokens) {
     p.tokens_per_cta = std::max(a.num_tokens, 1);
-    launch(function_of(rt, spec, kFused), 1, &p, stream);
+    launch(rt, function_of(rt, spec, kFused), 1, &p, stream);
     return;
   }
   p.tokens_per_cta = tokens_per_cta(a.num_tokens, std::max(rt.sm_count(), 1));
   unsigned ctas = static_cast<unsigned>((a.num_tokens + p.tokens_per_cta - 1) / p.tokens_per_cta);
-  launch(function_of(rt, spec, kTopk), ctas, &p, stream);
-  launch(function_of(rt, spec, kScan), 1, &p, stream, kScanThreads);
-  launch(function_of(rt, spec, kScatter), ctas, &p, stream);
+  launch(rt, function_of(rt, spec, kTopk), ctas, &p, stream);
+  launch(rt, function_of(rt, spec, kScan), 1, &p, stream, kScanThreads);
+  launch(rt, function_of(rt, spec, kScatter), ctas, &p, stream);
 }
 
 void combine(Runtime& rt, const CombineArgs& a, Stream stream) {
@@ -238,7 +241,7 @@ void combine(Runtime& rt, const CombineArgs& a, Stream stream) {
   p.num_vectors = (long long)a.num_tokens * a.n / 8;
   p.n = a.n;
   runtime_make_current(rt);
-  launch(function_of(rt, spec, kCombine),
+  launch(rt, function_of(rt, spec, kCombine),
          static_cast<unsigned>((p.num_vectors + kThreads - 1) / kThreads), &p, stream);
 }
 

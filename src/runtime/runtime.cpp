@@ -43,6 +43,7 @@ struct Runtime::Impl {
   CUdevice device = 0;
   CUcontext context = nullptr;
   int sm_count = 0;
+  bool programmatic_launch = false;  // options.programmatic_launch on an sm_90+ device
   std::string device_name = "offline";
   KernelCache cache;
 
@@ -224,6 +225,9 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   }
 
   CUlaunchConfig config{};
+  CUlaunchAttribute attrs[2]{};
+  config.attrs = attrs;
+  add_programmatic_launch(config, rt.programmatic_launch && spec.grid_dependency());
   config.gridDimX = static_cast<unsigned>(std::min<long long>(units, ctas));
   config.gridDimY = config.gridDimZ = 1;
   config.blockDimX = spec.threads_per_cta();
@@ -300,16 +304,14 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
     TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c));
     void* params[] = {&p, &tma_a, &tma_b, &tma_c, &fp};  // the unfused kernel takes the first four
-    CUlaunchAttribute cluster{};
     if (spec.cluster_m * spec.cluster_n == 2) {
       // CTA pairs on neighbouring N tiles (1x2, A multicast) or M tiles (2x1, B multicast): an
       // even grid, one pair at least.
       config.gridDimX = std::max(2u, config.gridDimX & ~1u);
+      CUlaunchAttribute& cluster = attrs[config.numAttrs++];
       cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
       cluster.value.clusterDim.x = 2;
       cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
-      config.attrs = &cluster;
-      config.numAttrs = 1;
     }
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else {
@@ -326,6 +328,7 @@ Runtime::Runtime(RuntimeOptions options, std::optional<Arch> offline_arch) {
   // MOEJIT_LINEINFO=1: line tables in every kernel, for compute-sanitizer and profilers.
   if (const char* env = std::getenv("MOEJIT_LINEINFO"); env && *env && *env != '0') options.line_info = true;
   if (const char* env = std::getenv("MOEJIT_AUTOTUNE"); env && *env && *env != '0') options.autotune = true;
+  if (const char* env = std::getenv("MOEJIT_PDL"); env && *env == '0') options.programmatic_launch = false;
   if (offline_arch) {
     impl_ = std::make_unique<Impl>(options, *offline_arch);
     impl_->sm_count = std::max(options.offline_sm_count, 0);
@@ -344,6 +347,7 @@ Runtime::Runtime(RuntimeOptions options, std::optional<Arch> offline_arch) {
   MOEJIT_CU(api.cuDevicePrimaryCtxRetain(&impl_->context, device));
   impl_->make_current();
   MOEJIT_CU(api.cuDeviceGetAttribute(&impl_->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  impl_->programmatic_launch = options.programmatic_launch && impl_->arch.sm() >= 90;
   char name[256] = {};
   MOEJIT_CU(api.cuDeviceGetName(name, sizeof name, device));
   impl_->device_name = name;
@@ -377,6 +381,7 @@ const Arch& Runtime::arch() const { return impl_->arch; }
 bool Runtime::has_device() const { return impl_->has_device; }
 int Runtime::sm_count() const { return impl_->sm_count; }
 std::string Runtime::device_name() const { return impl_->device_name; }
+bool Runtime::programmatic_launch() const { return impl_->programmatic_launch; }
 
 std::shared_ptr<const CompiledKernel> Runtime::compile(const KernelSpec& spec, CacheOutcome* outcome) {
   return impl_->cache.get(spec, outcome);

@@ -24,4 +24,14 @@ CUfunction runtime_function(Runtime& rt, const std::string& spec_text, const cha
 CUfunction runtime_cached_function(Runtime& rt, std::uint64_t key);
 void runtime_remember_function(Runtime& rt, std::uint64_t key, CUfunction function);
 
+// Appends the programmatic stream serialization attribute to config.attrs (room for it is the
+// caller's) when `on`: the kernel may launch before the one ahead of it in the stream finishes,
+// and waits for it in griddepcontrol.wait (kernel_templates/moejit/common/grid_dependency.cuh).
+inline void add_programmatic_launch(CUlaunchConfig& config, bool on) {
+  if (!on) return;
+  CUlaunchAttribute& a = config.attrs[config.numAttrs++];
+  a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  a.value.programmaticStreamSerializationAllowed = 1;
+}
+
 }  // namespace moejit
