@@ -850,21 +850,32 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     };
     unsigned frag0[kSlices][4][4], frag1[kSlices][4][4];
     // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both fragment
-    // sets stay in fixed registers. loop: a constant at each call (see issue).
+    // sets stay in fixed registers. loop: a constant at each call (see issue). The accumulators are
+    // zeroed first and every wgmma accumulates, so that the loop body is the only copy of the
+    // widening and the wgmmas: with a first stage peeled off (scale-d 0) the loop held three copies,
+    // and the 4-bit kernels' cold compile took 10-25% longer (docs/perf.md v26). (A run-time
+    // scale-d for the first stage instead made ptxas serialize the wgmmas, C7515.)
     auto pipelined_k_loop = [&](int loop) {
-      widen(frag0);
-      int in_flight = stage;
-      issue(frag0, true, loop);
-      for (int kb = 1; kb < num_k_blocks; kb += 2) {
+#pragma unroll
+      for (int i = 0; i < kSlices; ++i) {
+#pragma unroll
+        for (int r = 0; r < kAccRegs; ++r) acc[i][r] = 0.f;
+        if constexpr (kTailRows != 0) {
+#pragma unroll
+          for (int r = 0; r < TailMma::kRegs; ++r) acc_tail[i][r] = 0.f;
+        }
+      }
+      int in_flight = -1;
+      for (int kb = 0; kb < num_k_blocks; kb += 2) {
+        widen(frag0);
+        if (kb > 0) retire(in_flight);
+        in_flight = stage;
+        issue(frag0, false, loop);
+        if (kb + 1 >= num_k_blocks) break;
         widen(frag1);
         retire(in_flight);
         in_flight = stage;
         issue(frag1, false, loop);
-        if (kb + 1 >= num_k_blocks) break;
-        widen(frag0);
-        retire(in_flight);
-        in_flight = stage;
-        issue(frag0, false, loop);
       }
       retire(in_flight);
     };
