@@ -594,11 +594,12 @@ TEST_CASE("w4: high-level call picks a 4-bit config and is correct (decode and p
   CHECK_THROWS_WITH(runtime().grouped_gemm(args, nullptr), Catch::Contains("b_tensor_scales"));
 }
 
-// Programmatic dependent launch of the 48-token 4-bit tile (decode; launched plainly until v26): a
-// long MXFP4 GEMM (K = 4096) and a short one whose A is the first's C, back to back on one stream
-// with no sync between. The second's griddepcontrol.wait must hold it until the first's C is
-// written; without it the second reads poisoned (NaN) rows.
-TEST_CASE("w4: programmatic launch of 48-token tiles, a GEMM reading the previous one's C", "[gpu][w4][pdl]") {
+// A chain of 4-bit GEMMs, each reading the previous one's C, back to back on one stream with no
+// sync between: a long 16-token kernel (K = 4096, launched with the programmatic attribute), then a
+// 48-token one (launched plainly: KernelSpec::grid_dependency), then a 16-token one again. Each must
+// wait for the one ahead (the plain launch by stream order, the programmatic ones at their
+// griddepcontrol.wait); otherwise it reads poisoned (NaN) rows.
+TEST_CASE("w4: a chain of 16- and 48-token GEMMs (programmatic and plain launches) reading each other's C", "[gpu][w4][pdl]") {
   if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
   INFO(fmt::format("programmatic launch {}", runtime().programmatic_launch() ? "on" : "off (MOEJIT_PDL=0)"));
   std::mt19937 rng(4120);
@@ -606,27 +607,38 @@ TEST_CASE("w4: programmatic launch of 48-token tiles, a GEMM reading the previou
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
   const std::vector<int> rows = {30, 0, 33, 17, 48, 1, 32, 40};
   for (DType format : {DType::mxfp4, DType::nvfp4}) {
-    KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},tile=48x128x64,stages=8", to_text(format)));
-    spec.arch = runtime().arch();
-    auto first = w4_problem(GroupLayout::contiguous, format, DType::bf16, rows, 256, 4096, rng);
-    auto second = w4_problem(GroupLayout::contiguous, format, DType::bf16, rows, 192, 256, rng);
-    REQUIRE(first.total_rows == second.total_rows);
-    Kernel kernel_first = runtime().kernel(spec), kernel_second = runtime().kernel(spec);
-    first.poison();
-    second.poison();
+    auto spec_of = [&](int tokens) {
+      KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},tile={}x128x64,stages=8", to_text(format), tokens));
+      spec.arch = runtime().arch();
+      return spec;
+    };
+    const KernelSpec specs[3] = {spec_of(16), spec_of(48), spec_of(16)};
+    CHECK(specs[0].grid_dependency());
+    CHECK_FALSE(specs[1].grid_dependency());
+    const int n[3] = {256, 192, 128}, k[3] = {4096, 256, 192};
+    std::vector<QuantProblem> problems;
+    for (int i = 0; i < 3; ++i) problems.push_back(w4_problem(GroupLayout::contiguous, format, DType::bf16, rows, n[i], k[i], rng));
+    for (auto& p : problems) {
+      REQUIRE(p.total_rows == problems[0].total_rows);
+      p.poison();
+    }
     MOEJIT_CU(driver().cuCtxSynchronize());
-    GroupedGemmArgs chained = second.args();
-    chained.a = first.d_c.get();
-    kernel_first.launch(first.args(), reinterpret_cast<Stream>(stream));
-    kernel_second.launch(chained, reinterpret_cast<Stream>(stream));
+    for (int i = 0; i < 3; ++i) {
+      GroupedGemmArgs args = problems[i].args();
+      if (i > 0) args.a = problems[i - 1].d_c.get();
+      runtime().kernel(specs[i]).launch(args, reinterpret_cast<Stream>(stream));
+    }
     REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
-    // The second's reference A is the first's actual output (rows outside the groups stay NaN and
-    // are not read by the reference).
-    std::vector<std::uint16_t> c_bits((std::size_t)first.total_rows * first.n);
-    first.d_c.download(c_bits.data(), c_bits.size() * 2);
-    for (std::size_t i = 0; i < c_bits.size(); ++i) second.a_ref[i] = bf16_to_float(c_bits[i]);
-    check_result(first, fmt::format("{} first (K = 4096)", to_text(format)));
-    check_result(second, fmt::format("{} second (A = the first's C)", to_text(format)));
+    for (int i = 0; i < 3; ++i) {
+      // A GEMM's reference A is the previous one's actual output (rows outside the groups stay NaN
+      // and are not read by the reference).
+      if (i > 0) {
+        std::vector<std::uint16_t> c_bits((std::size_t)problems[i - 1].total_rows * problems[i - 1].n);
+        problems[i - 1].d_c.download(c_bits.data(), c_bits.size() * 2);
+        for (std::size_t j = 0; j < c_bits.size(); ++j) problems[i].a_ref[j] = bf16_to_float(c_bits[j]);
+      }
+      check_result(problems[i], fmt::format("{} GEMM {} of the chain, {}", to_text(format), i, specs[i].to_text()));
+    }
   }
   cudaStreamDestroy(stream);
 }

@@ -195,6 +195,11 @@ TEST_CASE("4-bit weight-only hopper spec: defaults, canonical text, shared memor
   glu.fusion.scatter_c = true;
   CHECK_FALSE(glu.stages_c());
   CHECK_FALSE(s.stages_c());  // 64 tokens: register stores
+  // Programmatic launch: every kernel but the 48-token tile waits for the grid ahead (v25).
+  CHECK(s.grid_dependency());
+  CHECK(nv.grid_dependency());
+  CHECK(portable.grid_dependency());
+  CHECK_FALSE(KernelSpec::parse("family=hopper,b=mxfp4,tile=48x128x64").grid_dependency());
 }
 
 TEST_CASE("hopper CTA pairs: 1x2 (A shared) and 2x1 (B shared) with 128-row tiles only", "[spec]") {

@@ -68,7 +68,8 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
       // split=tail: one more trailing template argument (kSplitTail), after kClusterM.
       fmt::arg("split_arg", spec.split == SplitK::none ? "" : ", true"),
       fmt::arg("fusion", fusion_code(spec.fusion)),
-      fmt::arg("b_channels", spec.b_scales == ScaleB::channels ? "true" : "false"));
+      fmt::arg("b_channels", spec.b_scales == ScaleB::channels ? "true" : "false"),
+      fmt::arg("grid_dependency", spec.grid_dependency() ? "true" : "false"));
   return out;
 }
 

@@ -227,7 +227,7 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   CUlaunchConfig config{};
   CUlaunchAttribute attrs[2]{};
   config.attrs = attrs;
-  add_programmatic_launch(config, rt.programmatic_launch);
+  add_programmatic_launch(config, rt.programmatic_launch && spec.grid_dependency());
   config.gridDimX = static_cast<unsigned>(std::min<long long>(units, ctas));
   config.gridDimY = config.gridDimZ = 1;
   config.blockDimX = spec.threads_per_cta();

@@ -270,6 +270,12 @@ bool KernelSpec::stages_c() const {
   return stages * (tile.m + tile.n) * 128 + 2048 + kCStagingBytes <= 227 * 1024;
 }
 
+bool KernelSpec::grid_dependency() const {
+  // The 48-token 4-bit tile (two CTAs per SM, 80 registers): with griddepcontrol at its entry
+  // ptxas serialized the wgmmas of two variants (C7511; MXFP4 unfused, NVFP4 with scatter).
+  return !(family == KernelFamily::hopper && is_weight_only_4bit() && tile.m == 48);
+}
+
 int KernelSpec::dynamic_smem_bytes() const {
   // Must equal smem_bytes<...>() in the kernel template; the generated source static_asserts it.
   // Hopper: the TMA ring (64-wide K slices of A and B, 16-bit) + 1024 to align it for the

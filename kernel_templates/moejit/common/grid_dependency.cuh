@@ -9,10 +9,14 @@
 
 namespace moejit {
 
+// kOn = false (KernelSpec::grid_dependency): a kernel the Runtime launches without the attribute.
+template <bool kOn = true>
 __device__ __forceinline__ void grid_dependency_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if constexpr (kOn) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
 #endif
 }
 

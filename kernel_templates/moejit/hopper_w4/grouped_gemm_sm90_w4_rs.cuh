@@ -740,36 +740,16 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     float acc_tail[kSlices][TailMma::kRegs];  // a group's tail rows past the tile's kTokens (kTailRows != 0)
     int stage = 0;
     unsigned phase = 0;
-    // This thread's code words and scale words of the current stage, slice by slice.
-    struct SliceWords {
+    // Widens this thread's weights of the current stage into `frag` (all four k16 steps: their
+    // registers must stay put until the wgmmas reading them finish).
+    auto widen_slice = [&](unsigned (&frag)[4][4], int slice) {
+      const unsigned w_stage = w_stages + (stage * kBlocks + slice_block) * kBlockBytes;
+      const unsigned my_codes = (slice_part(slice) * 128 + t) * 16;
+      const unsigned my_scales = w4_sm90_scale_offset(slice_part(slice) * 128 + t, kFormat == kNVFP4);  // the quad's copy
       unsigned codes[4], scales[2];
-    };
-    // Waits for the current stage and loads this thread's words of it.
-    auto load_stage = [&](SliceWords (&words)[kSlices]) {
-      mbarrier_wait(full_bars + 8 * stage, phase);
-      // fuse=gather: the token rows came through the generic proxy (cp.async); order them before wgmma.
-      if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
-#pragma unroll
-      for (int i = 0; i < kSlices; ++i) {
-        const unsigned w_stage = w_stages + (stage * kBlocks + slice_block) * kBlockBytes;
-        const unsigned my_codes = (slice_part(i) * 128 + t) * 16;
-        const unsigned my_scales = w4_sm90_scale_offset(slice_part(i) * 128 + t, kFormat == kNVFP4);  // the quad's copy
-        unsigned(&codes)[4] = words[i].codes;
-        unsigned(&scales)[2] = words[i].scales;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(codes[0]), "=r"(codes[1]), "=r"(codes[2]), "=r"(codes[3])
-                     : "r"(w_stage + my_codes));
-        if constexpr (kFormat == kNVFP4)
-          asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(scales[0]), "=r"(scales[1]) : "r"(w_stage + my_scales));
-        else
-          asm volatile("ld.shared.b32 %0, [%1];" : "=r"(scales[0]) : "r"(w_stage + my_scales));
-      }
-    };
-    // Widens one slice's words into `frag` (all four k16 steps: their registers must stay put until
-    // the wgmmas reading them finish).
-    auto widen_slice = [&](unsigned (&frag)[4][4], const SliceWords& words) {
-      const unsigned(&codes)[4] = words.codes;
-      const unsigned(&scales)[2] = words.scales;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(codes[0]), "=r"(codes[1]), "=r"(codes[2]), "=r"(codes[3])
+                   : "r"(w_stage + my_codes));
       // Scales of rows r0 (low half) and r1 (high half) of each scale block of this K block, one
       // BF16 pair per block: the multiply of a code pair takes its row's half of it (bf16x2_mul_by_half,
       // an operand select of HMUL2), one exact multiply per code pair. MXFP4 by 2^(s - 1) = 2^126 *
@@ -786,10 +766,12 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       constexpr int kScaleBlocks = kScaleBytes / 2;
       unsigned row_factors[kScaleBlocks];
       if constexpr (kFormat == kNVFP4) {
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(scales[0]), "=r"(scales[1]) : "r"(w_stage + my_scales));
 #pragma unroll
         for (int b = 0; b < kScaleBlocks; ++b)
           row_factors[b] = __byte_perm(scales[b / 2], 0u, b % 2 ? 0x4342 : 0x4140) * 16u + 0x75007500u;
       } else {
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(scales[0]) : "r"(w_stage + my_scales));
         // Bytes 2b, 2b + 1 (rows r0, r1 of block b) into the low bytes of the two halves, then
         // BF16 bits (s + 126) << 7 in each.
         row_factors[0] = __byte_perm(scales[0], 0u, 0x4140) * 0x80u + 0x3F003F00u;
@@ -807,14 +789,12 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         for (int i = 0; i < 4; ++i) frag[kk][i] = bf16x2_mul_by_half(bits[i], factors, i & 1);
       }
     };
-    auto widen_words = [&](unsigned (&frag)[kSlices][4][4], const SliceWords (&words)[kSlices]) {
-#pragma unroll
-      for (int i = 0; i < kSlices; ++i) widen_slice(frag[i], words[i]);
-    };
     auto widen = [&](unsigned (&frag)[kSlices][4][4]) {
-      SliceWords words[kSlices];
-      load_stage(words);
-      widen_words(frag, words);
+      mbarrier_wait(full_bars + 8 * stage, phase);
+      // fuse=gather: the token rows came through the generic proxy (cp.async); order them before wgmma.
+      if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
+#pragma unroll
+      for (int i = 0; i < kSlices; ++i) widen_slice(frag[i], i);
     };
     // Issues the current stage's four wgmmas and moves to the next stage.
     // Descriptors advanced from the first stage's, as in the FP8 kernel.
@@ -868,34 +848,23 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       // racecheck reported the refill racing the other lanes' reads (WAR, 2026-11-23).
       mbarrier_arrive(empty_bars + 8 * done_stage);
     };
-    unsigned frag[kSlices][4][4];
-    // Stage kb's barrier wait and shared-memory loads overlap stage kb - 1's wgmmas; its widening
-    // follows their wait (into the one fragment set they read). That is the order ptxas gave the
-    // two-set loop of v25 and before, which widened stage kb + 1 into a second set while stage kb's
-    // wgmmas ran in source; widening under the wgmmas measured slower at prefill (v18: 1.03x at
-    // 4096 tokens; v26: 1.04-1.06x, docs/perf.md). One copy of the body: the accumulators are zeroed
-    // first and every wgmma accumulates (a run-time scale-d for the first stage made ptxas serialize
-    // the wgmmas, C7515); with a peeled first stage and two sets the loop held three copies of the
-    // widening and the wgmmas, and the 4-bit kernels' cold compile took 10-25% longer. loop: a
-    // constant at each call (see issue).
+    unsigned frag0[kSlices][4][4], frag1[kSlices][4][4];
+    // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both fragment
+    // sets stay in fixed registers. loop: a constant at each call (see issue).
     auto pipelined_k_loop = [&](int loop) {
-#pragma unroll
-      for (int i = 0; i < kSlices; ++i) {
-#pragma unroll
-        for (int r = 0; r < kAccRegs; ++r) acc[i][r] = 0.f;
-        if constexpr (kTailRows != 0) {
-#pragma unroll
-          for (int r = 0; r < TailMma::kRegs; ++r) acc_tail[i][r] = 0.f;
-        }
-      }
-      int in_flight = -1;
-      for (int kb = 0; kb < num_k_blocks; ++kb) {
-        SliceWords words[kSlices];
-        load_stage(words);
-        if (kb > 0) retire(in_flight);
-        widen_words(frag, words);
+      widen(frag0);
+      int in_flight = stage;
+      issue(frag0, true, loop);
+      for (int kb = 1; kb < num_k_blocks; kb += 2) {
+        widen(frag1);
+        retire(in_flight);
         in_flight = stage;
-        issue(frag, false, loop);
+        issue(frag1, false, loop);
+        if (kb + 1 >= num_k_blocks) break;
+        widen(frag0);
+        retire(in_flight);
+        in_flight = stage;
+        issue(frag0, false, loop);
       }
       retire(in_flight);
     };
@@ -903,9 +872,9 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     // the pipelined one's registers beside their accumulators. loop: as in issue.
     auto serial_k_loop = [&](int loop) {
       for (int kb = 0; kb < num_k_blocks; ++kb) {
-        widen(frag);
+        widen(frag0);
         const int in_flight = stage;
-        issue(frag, kb == 0, loop);
+        issue(frag0, kb == 0, loop);
         retire(in_flight);
       }
     };
