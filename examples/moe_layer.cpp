@@ -498,6 +498,43 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
     cudaEventElapsedTime(&ms, ev[0], ev[1]);
     chained.push_back(ms / kLayers);
   }
+  // The same 10 layers captured once into a CUDA graph and replayed (how engines run decode steps):
+  // programmatic launches become programmatic edges of the graph. One warm-up layer on the capture
+  // stream first, so that its per-stream buffers exist before the capture.
+  std::vector<float> graphed;
+  {
+    constexpr int kLayers = 10;
+    cudaStream_t cap;
+    check_cuda(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking), "capture stream");
+    const Stream s = reinterpret_cast<Stream>(cap);
+    auto layer_on_cap = [&] {
+      route(rt, ra, s);
+      k1.launch(g.up, s);
+      k2.launch(g.down, s);
+      combine(rt, ca, s);
+    };
+    layer_on_cap();
+    check_cuda(cudaStreamSynchronize(cap), "warm-up layer on the capture stream");
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    check_cuda(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal), "begin capture");
+    for (int l = 0; l < kLayers; ++l) layer_on_cap();
+    check_cuda(cudaStreamEndCapture(cap, &graph), "end capture");
+    check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate graph");
+    for (int i = 0; i < 2; ++i) check_cuda(cudaGraphLaunch(exec, cap), "graph warm-up");
+    for (int i = 0; i < std::max(reps / 5, 3); ++i) {
+      cudaEventRecord(ev[0], cap);
+      check_cuda(cudaGraphLaunch(exec, cap), "graph launch");
+      cudaEventRecord(ev[1], cap);
+      check_cuda(cudaEventSynchronize(ev[1]), "graphed layers");
+      float ms;
+      cudaEventElapsedTime(&ms, ev[0], ev[1]);
+      graphed.push_back(ms / kLayers);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(cap);
+  }
   std::vector<float> plain_ms[2];
   for (int which = 0; which < 2; ++which) {
     for (int i = 0; i < 3; ++i) which ? p2.launch(plain2, nullptr) : p1.launch(plain1, nullptr);
@@ -518,12 +555,13 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
              median(t.combine), m.name, tokens, total);
   fmt::print("{},{},gemm1_plain,{:.4f}\n{},{},gemm2_plain,{:.4f}\n", m.name, tokens, median(plain_ms[0]), m.name, tokens,
              median(plain_ms[1]));
-  fmt::print("{},{},layer_chained,{:.4f}\n", m.name, tokens, median(chained));
+  fmt::print("{},{},layer_chained,{:.4f}\n{},{},layer_graph,{:.4f}\n", m.name, tokens, median(chained), m.name, tokens,
+             median(graphed));
   fmt::print(stderr,
-             "{} tokens {}: layer {:.3f} ms ({:.1f} TFLOP/s; back to back {:.3f}), route {:.3f}, gemm1 {:.3f} (plain {:.3f}: {:+.1f}%), gemm2 {:.3f} "
+             "{} tokens {}: layer {:.3f} ms ({:.1f} TFLOP/s; back to back {:.3f}, in a graph {:.3f}), route {:.3f}, gemm1 {:.3f} (plain {:.3f}: {:+.1f}%), gemm2 {:.3f} "
              "(plain {:.3f}: {:+.1f}%), combine {:.3f}; checked {} tokens: rel_err {:.2e}, nan {}, routing mismatches {} -> {}\n"
              "  gemm1 {}\n  gemm2 {}\n",
-             m.name, tokens, total, flops / total / 1e9, median(chained), median(t.route), median(t.gemm1), median(plain_ms[0]),
+             m.name, tokens, total, flops / total / 1e9, median(chained), median(graphed), median(t.route), median(t.gemm1), median(plain_ms[0]),
              100.0 * (median(t.gemm1) / median(plain_ms[0]) - 1), median(t.gemm2), median(plain_ms[1]),
              100.0 * (median(t.gemm2) / median(plain_ms[1]) - 1), median(t.combine), sample.size(), rel, nans,
              routing_mismatches, ok ? "OK" : "MISMATCH", k1.spec().to_text(), k2.spec().to_text());
