@@ -1,5 +1,6 @@
-// Programmatic dependent launch (sm_90). The Runtime launches every kernel with the programmatic
-// stream serialization attribute (RuntimeOptions::programmatic_launch), so a kernel may be
+// Programmatic dependent launch (sm_90). The Runtime launches every kernel but the Hopper 4-bit
+// 48-token tile (KernelSpec::grid_dependency) with the programmatic stream serialization attribute
+// (RuntimeOptions::programmatic_launch), so a kernel may be
 // dispatched before the kernel ahead of it in the stream has finished: its CTAs fill the SMs that
 // kernel's last CTAs leave and wait here, before their first global memory access, until it has
 // completed and its writes are visible. Each kernel then lets the one behind it launch early in
