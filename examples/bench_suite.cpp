@@ -15,6 +15,8 @@
 // (A bf16, B pre-arranged by pack_w4_sm90). Operands are random valid codes and scales (no NaN);
 // gbps then counts the format's bytes: weights of active experts with their scales, A (+ its
 // scales), C. Routing draws the same random numbers in every format, so one routing file serves all.
+// BENCH_GATHER=1: every case with fuse=gather (A in token order, a random token per routed row), as
+//   a fused GEMM1 reads it; the routing is the same as without.
 // BENCH_WARMUP_MS (default 25): each case's warm-up launches before it is timed (0 under ncu).
 // BENCH_INTERLEAVE=1 with BENCH_SPECS: the chosen config and the overrides take turns launch by
 // launch (each after its own L2 clear) instead of being timed one after another: at 16384 tokens a
@@ -265,6 +267,7 @@ int main(int argc, char** argv) {
   if (const char* ms = std::getenv("TUNE_MS")) tune_options.ms_per_candidate = std::stod(ms);
   std::vector<TuneRow> tune_rows;
   const std::string format = std::getenv("FORMAT") ? std::getenv("FORMAT") : "bf16";
+  const bool gather = std::getenv("BENCH_GATHER") && std::string(std::getenv("BENCH_GATHER")) != "0";
   const float warmup_ms = std::getenv("BENCH_WARMUP_MS") ? std::stof(std::getenv("BENCH_WARMUP_MS")) : 25.f;
   // The peers' protocol (do_bench): ~100 ms of launches, each after a 256 MB L2 clear.
   // BENCH_PROTOCOL=sync: v1-v13's (~200 ms of launches, a host sync after each, no clear).
@@ -338,7 +341,11 @@ int main(int argc, char** argv) {
         std::fprintf(routing, "\n");
         void *d_a, *d_c, *d_a_scales = nullptr;
         int* d_off;
-        const std::size_t a_bytes = (std::size_t)rows * k * (fp8 ? 1 : 2), a_scale_bytes = fp8 ? k_blocks * rows * 4 : 0;
+        int* d_gather = nullptr;
+        // BENCH_GATHER=1: fuse=gather, as a fused GEMM1 reads its tokens: A is [tokens, K] in token
+        // order (FP8: scales [K/128][tokens]) and routed row r reads token gather_rows[r] (random).
+        const int a_rows = gather ? tokens : rows;
+        const std::size_t a_bytes = (std::size_t)a_rows * k * (fp8 ? 1 : 2), a_scale_bytes = fp8 ? k_blocks * a_rows * 4 : 0;
         check(cudaMalloc(&d_a, std::max<std::size_t>(a_bytes, 16)), "cudaMalloc A");
         check(cudaMalloc(&d_c, std::max<std::size_t>((std::size_t)rows * n * 2, 16)), "cudaMalloc C");
         check(cudaMalloc(&d_off, offsets.size() * 4), "cudaMalloc offsets");
@@ -362,6 +369,17 @@ int main(int argc, char** argv) {
         args.group_offsets = d_off;
         args.total_rows = rows;
         args.host_groups = offsets;
+        if (gather) {
+          std::vector<int> tokens_of_rows(std::max(rows, 1));
+          std::mt19937 token_rng(tokens);  // its own generator: the cases' routing stays that of a run without
+          std::uniform_int_distribution<int> token(0, tokens - 1);
+          for (int& t : tokens_of_rows) t = token(token_rng);
+          check(cudaMalloc(&d_gather, tokens_of_rows.size() * 4), "cudaMalloc gather rows");
+          check(cudaMemcpy(d_gather, tokens_of_rows.data(), tokens_of_rows.size() * 4, cudaMemcpyHostToDevice), "gather rows");
+          args.fusion.gather_a = true;
+          args.gather_rows = d_gather;
+          args.num_tokens = tokens;
+        }
         if (fp8) {
           args.ab_type = moejit::DType::e4m3;
           args.a_scales = static_cast<const float*>(d_a_scales);
@@ -378,6 +396,7 @@ int main(int argc, char** argv) {
           cudaFree(d_c);
           cudaFree(d_off);
           cudaFree(d_a_scales);
+          cudaFree(d_gather);
           continue;
         }
         if (tune_mode) {
@@ -406,6 +425,7 @@ int main(int argc, char** argv) {
           cudaFree(d_c);
           cudaFree(d_off);
           cudaFree(d_a_scales);
+          cudaFree(d_gather);
           continue;
         }
         std::vector<moejit::KernelSpec> specs = {rt.choose_spec(args)};
@@ -458,6 +478,7 @@ int main(int argc, char** argv) {
         cudaFree(d_c);
         cudaFree(d_off);
         cudaFree(d_a_scales);
+        cudaFree(d_gather);
       }
       cudaFree(d_b);
       cudaFree(d_b_scales);

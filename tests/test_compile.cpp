@@ -13,6 +13,7 @@
 #include "codegen/codegen.hpp"
 #include "compiler/nvrtc_compiler.hpp"
 #include "heuristics/config.hpp"
+#include "heuristics/tuning.hpp"
 #include "codegen/routing_codegen.hpp"
 #include "moejit/errors.hpp"
 #include "moejit/routing.hpp"
@@ -225,6 +226,25 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
     s.validate();
     fp8.push_back(s);
   }
+  // Gathered A rows (by cp.async; static scheduler: the producer warpgroup at 24 registers, the
+  // consumers at 240): every kernel the heuristic or the tuner can pick for a GEMM1 (not 128x192
+  // s5, which spills 4 bytes: the tuner skips it with gather).
+  Fusion gemm1;
+  gemm1.gather_a = gemm1.bias = true;
+  gemm1.activation = Activation::swiglu;
+  std::vector<int> group_rows(64, 1024);
+  const GemmProblem gathered{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * 1024, group_rows,
+                             std::nullopt, gemm1};
+  for (const KernelSpec& s : tuning_candidates(gathered, Arch{9, 0, true}, 132)) fp8.push_back(s);
+  for (const char* text : {"family=hopper,a=e4m3,b=e4m3,c=f32,tile=128x256x128,stages=4,layout=masked,"
+                           "fuse=gather+scatter+weight+bias,act=gelu",
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,b_scales=channels,fuse=gather",
+                           // the dynamic scheduler's gathering producer (40 registers) where the consumers fit 232
+                           "family=hopper,a=e4m3,b=e4m3,tile=64x256x128,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu"}) {
+    KernelSpec s = KernelSpec::parse(text);
+    s.validate();
+    fp8.push_back(s);
+  }
   check_variants(fp8, "fused hopper FP8", "QGMMA");
 }
 
@@ -385,7 +405,7 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per e
 }
 
 TEST_CASE("heuristic with fusions and quantized operands: a family that has them", "[heuristic][fusion]") {
-  // Hopper FP8: all but gather and split GLU (portable FP8 then); Hopper 4-bit: all but split GLU.
+  // Hopper FP8 and 4-bit: all but split GLU (portable FP8 / 4-bit then).
   const Arch h100{9, 0, true};
   std::vector<int> sizes(32, 100);
   Fusion gemm1;
@@ -405,7 +425,12 @@ TEST_CASE("heuristic with fusions and quantized operands: a family that has them
   Fusion gathered;
   gathered.gather_a = true;
   fp8.fusion = gathered;
-  CHECK(choose_spec(fp8, h100, 132).family == KernelFamily::portable);
+  s = choose_spec(fp8, h100, 132);
+  CHECK((s.family == KernelFamily::hopper && s.a == DType::e4m3 && s.fusion == gathered));
+  gathered.gather_by = GatherLoad::tma;  // the Hopper FP8 kernel gathers by cp.async only
+  fp8.fusion = gathered;
+  s = choose_spec(fp8, h100, 132);
+  CHECK((s.family == KernelFamily::hopper && s.fusion.gather_a && s.fusion.gather_by == GatherLoad::cp_async));
   Fusion gemm2;
   gemm2.scatter_c = gemm2.routing_weight = true;
   fp8.fusion = gemm2;

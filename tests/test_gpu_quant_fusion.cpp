@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "fusion_checks.hpp"
@@ -90,11 +92,14 @@ std::vector<KernelSpec> quant_fused_specs() {
   std::vector<KernelSpec> out;
   const Arch arch = runtime().arch();
   const char* only = std::getenv("MOEJIT_TEST_FAMILY");
+  // MOEJIT_TEST_B=e4m3|mxfp4|nvfp4: one weight format only (a run on the device for one kernel).
+  const char* only_b = std::getenv("MOEJIT_TEST_B");
   for (const Family& fam : families()) {
     if (only && to_text(fam.family) != only) continue;
     for (const Case& c : kCases)
       for (const char* layout : {"contiguous", "masked"})
         for (const char* ab : {"a=e4m3,b=e4m3", "a=bf16,b=mxfp4", "a=bf16,b=nvfp4"}) {
+          if (only_b && !std::strstr(ab, fmt::format("b={}", only_b).c_str())) continue;
           std::string text = fmt::format("family={},arch={},layout={},{},c={},{},fuse={},act={}", to_text(fam.family),
                                          arch.to_text(), layout, ab, c.f32_out ? "f32" : "bf16", fam.tile, c.fuse, c.act);
           if (*c.glu) text += fmt::format(",glu={}", c.glu);
@@ -211,6 +216,35 @@ TEST_CASE("quant fusion: token rows gathered by TMA (gather_by=tma), Hopper 4-bi
     auto decode_routing = random_routing(5, 2, 16, {}, rng);
     auto decode = make(spec, 5, 2, 16, 512, 256, decode_routing, rng);
     run_and_check(decode, "decode, rows by TMA");
+  }
+}
+
+// The Hopper FP8 kernel's gathering producer with the dynamic scheduler (warps 1-3 read the tile
+// ring; 40 registers): the tiles whose consumers fit the 232 left (the heuristic gathers with the
+// static one, which families() covers on every tile).
+TEST_CASE("quant fusion: FP8 rows gathered with the dynamic scheduler, Hopper", "[gpu][fusion][fp8]") {
+  const Arch arch = runtime().arch();
+  if (!(arch.sm() == 90 && arch.arch_specific)) {
+    WARN("NOT RUN: no Hopper GPU, so no Hopper FP8 kernel");
+    return;
+  }
+  std::vector<KernelSpec> specs;
+  for (const char* tile : {"tile=64x256x128,stages=4", "tile=128x128x128,stages=6"})
+    for (const char* layout : {"contiguous", "masked"})
+      for (const char* fusion : {"fuse=gather+bias,act=swiglu", "fuse=gather+scatter+weight,c=f32"}) {
+        KernelSpec s = KernelSpec::parse(fmt::format("family=hopper,arch={},layout={},a=e4m3,b=e4m3,{},sched=dynamic,{}",
+                                                     arch.to_text(), layout, tile, fusion));
+        s.validate();
+        specs.push_back(s);
+      }
+  compile_on_all_cores(runtime(), specs);
+  std::mt19937 rng(2030);
+  for (auto& spec : specs) {
+    auto routing = random_routing(301, 4, 8, {3, 6}, rng);
+    auto p = make(spec, 301, 4, 8, 320, 160, routing, rng);
+    run_and_check(p, "random top-4, dynamic");
+    auto one = make(spec, 517, 1, 4, 256, 256, one_expert_routing(517, 2), rng);
+    run_and_check(one, "one expert, dynamic");
   }
 }
 

@@ -104,8 +104,9 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=1x2,fuse=gather", {"fuse=gather", "cluster=1x1"});
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=2x1,fuse=gather", {"fuse=gather", "cluster=1x1"});
   // Quantized operands: the portable family has every fusion; the Hopper FP8 / 4-bit kernels all but
-  // gather (FP8) and split GLU (both).
-  require_rejected("family=hopper,a=e4m3,b=e4m3,fuse=gather+bias", {"fuse=gather", "a=e4m3", "family=hopper", "TMA", "family=portable"});
+  // gather by TMA (FP8) and split GLU (both).
+  require_rejected("family=hopper,a=e4m3,b=e4m3,fuse=gather+bias,gather_by=tma", {"fuse=gather", "gather_by=tma", "a=e4m3", "cp.async"});
+  CHECK_NOTHROW(KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,fuse=gather+bias,act=swiglu").validate());
   require_rejected("family=hopper,a=e4m3,b=e4m3,act=swiglu,glu=split", {"glu=split", "a=e4m3", "family=hopper", "family=portable"});
   require_rejected("family=hopper,b=mxfp4,fuse=bias,act=swiglu,glu=split", {"glu=split", "b=mxfp4", "family=hopper", "interleaved"});
   require_rejected("family=hopper,b=nvfp4,c=f32,fuse=scatter+atomic", {"c=f32"});

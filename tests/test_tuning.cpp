@@ -215,6 +215,26 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) for >= 256 rows per group
   CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
 }
 
+TEST_CASE("tuning candidates: gathered FP8 on Hopper, the static scheduler and no 128x192 s5", "[tuning][fusion]") {
+  Fusion gemm1;
+  gemm1.gather_a = gemm1.bias = true;
+  gemm1.activation = Activation::swiglu;
+  for (int rows_per_group : {2, 64, 1024}) {
+    std::vector<int> group_rows(64, rows_per_group);
+    GemmProblem problem{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * rows_per_group, group_rows,
+                        std::nullopt, gemm1};
+    auto specs = tuning_candidates(problem, kHopper, 132);
+    INFO("rows per group " << rows_per_group);
+    REQUIRE(specs.size() >= 4);
+    for (auto& s : specs) {
+      INFO(s.to_text());
+      CHECK((s.family == KernelFamily::hopper && s.fusion == gemm1));
+      CHECK(s.scheduler == Scheduler::static_persistent);
+      CHECK(!(s.tile.n == 192 && s.stages == 5));
+    }
+  }
+}
+
 TEST_CASE("tuning candidates: heuristic first, all valid and distinct, both schedulers", "[tuning]") {
   for (const Arch& arch : {kHopper, kAmpere, Arch{8, 9, false}}) {
     for (long long rows : {16ll, 4096ll, 131072ll}) {

@@ -275,15 +275,21 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.validate();
     return spec;
   }
-  if (problem.ab_type == DType::e4m3 && hopper_capable(arch) && !spec.fusion.gather_a && !split_glu) {
-    // Elsewhere (and with gather or a split GLU, which the Hopper FP8 kernel does not fuse) the
-    // portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
+  if (problem.ab_type == DType::e4m3 && hopper_capable(arch) && !split_glu) {
+    // Elsewhere (and with a split GLU, which the Hopper FP8 kernel does not fuse) the portable
+    // family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below. Gathered rows come by
+    // cp.async (the Hopper FP8 kernel has no TMA gather).
     spec.family = KernelFamily::hopper;
+    spec.fusion.gather_by = GatherLoad::cp_async;
     spec = with_tile(spec, mean_rows < kFp8WideTileMinRows                         ? kFp8Small
                            : fp8_full_tile_pays(problem.n, problem.k, rows, active, sm_count) ? kFp8Full
                                                                                    : kFp8Wide);
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
     if (mean_rows >= kFp8StaticMinRows && problem.k <= kFp8StaticMaxK) spec.scheduler = Scheduler::static_persistent;
+    // Gathered A: static. The gathering producer warpgroup needs 40 registers beside the dynamic
+    // scheduler's ring, and the 128x192 / 128x256 consumers spill at the 232 that leaves (24 and
+    // 240 with the static one: no spill on these tiles; tests/test_compile.cpp).
+    if (spec.fusion.gather_a) spec.scheduler = Scheduler::static_persistent;
     spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
     spec.validate();
     return spec;

@@ -255,8 +255,11 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     // A in tile-high boxes, B in tile-wide boxes; C, where the kernel stages it for TMA stores
     // (spec.stages_c()), in 64-row boxes of 128 bytes as for the bf16 kernel (fusions: [rows or
     // num_out_rows, n_out]); kernels that store from registers take a copy of tma_a instead.
+    // fuse=gather copies A's token rows by cp.async: the map over [num_tokens, K] is then only a
+    // valid placeholder.
     std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
-    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, rows, args.k, spec.tile.m, 128);
+    TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, fusion.gather_a ? (std::uint64_t)args.num_tokens : rows,
+                                               args.k, spec.tile.m, 128);
     TmaDescriptor tma_b =
         make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k, spec.tile.n, 128);
     std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;

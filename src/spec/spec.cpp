@@ -333,10 +333,10 @@ void KernelSpec::validate() const {
   if (fusion.any()) {
     // Fusions (docs/design.md, "Fusions"): the 16-bit kernels of both families and the portable
     // family's FP8 and 4-bit kernels have them all. The Hopper FP8 kernel has the epilogue fusions
-    // but not gather (A and its scales come by TMA) nor split GLU (B and its scale blocks in halves).
-    if (family == KernelFamily::hopper && a == DType::e4m3 && fusion.gather_a)
-      fail("fuse=gather with a=e4m3 on family=hopper: the Hopper FP8 kernel loads A and its scales by TMA per tile "
-           "(family=portable gathers FP8 rows and their scales)");
+    // and gather by cp.async, but not gather by TMA nor split GLU (B and its scale blocks in halves).
+    if (family == KernelFamily::hopper && a == DType::e4m3 && fusion.gather_a && fusion.gather_by == GatherLoad::tma)
+      fail("fuse=gather with gather_by=tma and a=e4m3 on family=hopper: the Hopper FP8 kernel gathers rows by cp.async "
+           "(gather_by=cp_async)");
     if (family == KernelFamily::hopper && a == DType::e4m3 && fusion.glu_activation() && fusion.glu == GluLayout::split)
       fail("glu=split with a=e4m3 on family=hopper: the Hopper FP8 kernel has interleaved GLU only "
            "(family=portable has split)");

@@ -1,4 +1,4 @@
-// fuse=gather on Hopper (the bf16/f16 and 4-bit kernels): TMA cannot gather rows, so the producer
+// fuse=gather on Hopper (the bf16/f16, FP8 and 4-bit kernels): TMA cannot gather rows, so the producer
 // warpgroup's 128 threads copy the tile's rows of A by cp.async into the 128B-swizzled position
 // TMA would have written (common/fusion_index.cuh gives the thread -> row/chunk map). One warp
 // issuing every copy, with the tokens passed around by shuffles, starved the MMAs: the fused GEMM1
@@ -11,12 +11,14 @@
 
 namespace moejit::hopper {
 
-template <int kRows>
+// kElemBytes: 2 (bf16/f16: a stage row is 64 K) or 1 (e4m3: 128 K); a stage row is 128 bytes either way.
+template <int kRows, int kElemBytes = 2>
 struct GatherRowsSm90 {
   static_assert(kRows % 16 == 0, "gathered tiles: a multiple of 16 rows");
+  static_assert(kElemBytes == 1 || kElemBytes == 2, "gathered rows: 1- or 2-byte elements");
   static constexpr int kSteps = gather_steps(kRows);
   static_assert(kSteps <= 32, "one bit of read_mask per step");
-  // Per step, the row's first 16-byte chunk in A (token * k / 8), 32 bits a row (the producer has
+  // Per step, the row's first 16-byte chunk in A (token * k / (16 / kElemBytes)), 32 bits a row (the producer has
   // 40 registers, and 64-bit row pointers spilled; A stays under 64 GiB); 0 where nothing is read.
   int thread;  // 0..127 in the producer warpgroup
   unsigned row_chunk[kSteps];
@@ -26,7 +28,7 @@ struct GatherRowsSm90 {
   __device__ __forceinline__ explicit GatherRowsSm90(int producer_thread) : thread(producer_thread) {}
 
   // This thread's rows for a tile whose tokens are gather_rows[row0, row0 + rows_valid); A is
-  // [num_tokens, k] row-major, k % 8 == 0.
+  // [num_tokens, k] row-major, k a multiple of 16 / kElemBytes (a chunk's elements).
   __device__ __forceinline__ void load_tokens(const int* gather_rows, int row0, int rows_valid, int num_tokens, int k) {
     read_mask = 0;
 #pragma unroll
@@ -35,13 +37,13 @@ struct GatherRowsSm90 {
       unsigned c = 0;
       if (r < rows_valid) {
         const int t = __ldg(gather_rows + row0 + r);
-        if ((unsigned)t < (unsigned)num_tokens) c = (unsigned)t * (unsigned)(k / 8), read_mask |= 1u << s;
+        if ((unsigned)t < (unsigned)num_tokens) c = (unsigned)t * (unsigned)(k / (16 / kElemBytes)), read_mask |= 1u << s;
       }
       row_chunk[s] = c;
     }
   }
 
-  // Columns [k0, k0 + 64) of this thread's rows into the 1024-byte aligned stage at `stage`;
+  // Columns [k0, k0 + 128 / kElemBytes) of this thread's rows into the 1024-byte aligned stage at `stage`;
   // chunks past k are zero-filled (a chunk is wholly in or out of K), as are rows that read nothing
   // (rows past the group's end are never stored).
   // Lean on purpose: the producer warps share each scheduler with two consumer warps. Three
@@ -52,9 +54,9 @@ struct GatherRowsSm90 {
   // 1.75x the plain kernel's instructions, docs/perf.md v10.)
   __device__ __forceinline__ void copy_k_block(unsigned stage, const void* a, int k, int k0) const {
     const int chunk = gather_chunk(thread);
-    const int col = k0 + 8 * chunk;
+    const int col = k0 + 16 / kElemBytes * chunk;
     const unsigned mask = col < k ? read_mask : 0u;
-    const unsigned long long base = reinterpret_cast<unsigned long long>(a) + 2ull * (unsigned)col;
+    const unsigned long long base = reinterpret_cast<unsigned long long>(a) + (unsigned long long)kElemBytes * (unsigned)col;
     const unsigned dst_even = stage + sw128_offset(gather_tile_row(thread, 0, kRows), chunk);
     const unsigned dst_odd = stage + sw128_offset(gather_tile_row(thread, 1, kRows), chunk) - 512u;
 #pragma unroll

@@ -31,6 +31,7 @@
 #include "moejit/hopper/epilogue.cuh"
 #include "moejit/hopper/fused_epilogue.cuh"
 #include "moejit/hopper/tile_ring.cuh"
+#include "moejit/hopper/gather.cuh"
 #include "moejit/hopper_fp8/wgmma_fp8_ops.cuh"
 
 namespace moejit::hopper {
@@ -60,8 +61,11 @@ __host__ __device__ constexpr int fp8_smem_bytes() {
 // Fuse / f (null without fusions; docs/design.md, "Fusions"): the accumulator is the standard
 // wgmma layout (as the bf16 kernel's), so the bf16 kernel's fused epilogue (fused_epilogue.cuh) runs
 // on it with direct stores: bias as the accumulators' start (the promotion adds to them), then
-// activation (interleaved GLU), weight, store / scatter / fp32 atomics. Not here: gather (A and its
-// scales come by TMA per tile) and split GLU (B boxes and B scale blocks of two halves).
+// activation (interleaved GLU), weight, store / scatter / fp32 atomics. Gather (by cp.async, as the
+// bf16 kernel's: the producer warpgroup copies the tile's token rows, 128 e4m3 = 128 bytes per row
+// and K block, into the stage where TMA would put them; each consumer row reads its token's A
+// scales, [kb][num_tokens]). Not here: gather by TMA (one copy per row is far too small for the
+// copy engine, docs/design.md) and split GLU (B boxes and B scale blocks of two halves).
 // Per-channel B scales (kChannelScalesB): acc[4j + 2h + e] of output column n0 + 8j + 2(lane%4) + e
 // times scale_b[group][column], then + bias[group][column] with fuse=bias (the accumulators
 // started at zero: a bias folded in first would be scaled too). Columns past N get 0.
@@ -107,7 +111,7 @@ template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class 
 __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                                  const TmaDescriptor& tma_c, const FusionParams* f = nullptr) {
-  static_assert(!Fuse::gather && !Fuse::glu_split, "FP8 Hopper kernel: no gather, no split GLU");
+  static_assert(!Fuse::gather_tma && !Fuse::glu_split, "FP8 Hopper kernel: no gather by TMA, no split GLU");
   // A consumer warpgroup's columns lie in one 128-wide scale block of B, or (128x192) in two: its
   // 192 columns start at a multiple of 64, so the first block's part is 128 or 64 columns wide; or
   // (128x256) in two, one per 128-column half.
@@ -151,10 +155,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     tma_prefetch_descriptor(tma_b);
     if constexpr (kStaged) tma_prefetch_descriptor(tma_c);
     for (int st = 0; st < kStages; ++st) {
-      mbarrier_init(full_bars + 8 * st, 1);
+      // fuse=gather: + one cp.async arrival per producer thread (when its row copies have landed).
+      mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1);
       mbarrier_init(empty_bars + 8 * st, kConsumerWarps);
     }
-    if constexpr (kDynamic) ring.init(kConsumerWarps);
+    if constexpr (kDynamic) ring.init(kConsumerWarps + (Fuse::gather ? 3 : 0));  // + producer warps 1-3 when they gather
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -165,14 +170,62 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   GroupTileCursor<kLayout, kBlockM, kBlockN> cursor;
   TileCoord tile;
 
+  // One warp walks the tiles, one thread issues every copy: 24 registers, so that the consumers
+  // get 240 (128 x 24 + 256 x 240 = 64512); at 232 the fused 128x192 kernel with bias and a GLU
+  // spilled 4 bytes once the tile ring was added. fuse=gather: the whole warpgroup copies rows and
+  // holds its rows' chunk numbers, in 24 too with the static scheduler; beside the dynamic one's
+  // ring it needs 40, and the consumers get 232 (the 128x192 and 128x256 ones spill there: the
+  // heuristic and the tuner gather with the static scheduler). setmaxnreg only moves the launch's
+  // 168 x 384 registers between the roles: asking for more (32 + 240) left the consumers waiting
+  // in setmaxnreg.inc for ever (H100, 2026-11-26).
+  constexpr int kProducerRegs = Fuse::gather ? (kDynamic ? 40 : 24) : 24;
+  constexpr int kConsumerRegs = Fuse::gather && kDynamic ? 232 : 240;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "setmaxnreg: more than the launch's 168 x 384 registers");
   if (warpgroup == 0) {
-    // One warp walks the tiles, one thread issues every copy: 24 registers, so
-    // that the consumers get 240 (128 x 24 + 256 x 240 = 64512); at 232 the fused 128x192 kernel
-    // with bias and a GLU spilled 4 bytes once the tile ring was added.
-    warpgroup_release_registers<24>();
-    // Warp 0 walks the groups 32 per step (seek_warp, as in the 4-bit kernel: a one-thread walk
-    // could not keep the stages full at decode); its lane 0 issues the copies.
-    if (threadIdx.x < 32) {
+    warpgroup_release_registers<kProducerRegs>();
+    if constexpr (Fuse::gather) {
+      // The producer warpgroup walks the tiles (warp 0 fetches dynamic tile numbers, warps 1-3 read
+      // them from the ring like consumer warps); thread 0 loads B by TMA and expects its bytes, every
+      // thread copies its share of the tile's token rows with cp.async (hopper/gather.cuh) and
+      // arrives on the full barrier when they land (noinc). Rows past the group are not copied
+      // (their accumulator rows are never stored); an index outside [0, num_tokens) reads a zero row.
+      GatherRowsSm90<kBlockM, 1> rows((int)threadIdx.x);
+      const int k_blocks = num_k_blocks;
+      int stage = 0;
+      unsigned phase = 0;
+      for (int tile_iter = 0;; ++tile_iter) {
+        int tile_index = (int)(blockIdx.x + tile_iter * gridDim.x);
+        if constexpr (kDynamic) {
+          if (threadIdx.x < 32) {
+            tile_index = ring.publish_warp(p.tile_counter);
+          } else {
+            tile_index = ring.take((int)threadIdx.x % 32);
+          }
+        }
+        if (!cursor.seek_warp(p, tile_index, tile)) {
+          if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
+          break;
+        }
+        const int a_row = tile.row_begin + tile.m_block * kBlockM;
+        const int b_row = tile.group * p.n + tile.n_block * kBlockN;
+        rows.load_tokens(f->gather_rows, a_row, tile.group_rows - tile.m_block * kBlockM, f->num_tokens, p.k);
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
+          const unsigned full = full_bars + 8 * stage;
+          if (threadIdx.x == 0) {
+            mbarrier_arrive_expect_tx(full, kBBytes);
+            tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
+          }
+          rows.copy_k_block(a_stages + stage * kABytes, p.a, p.k, kb * kFp8BlockK);
+          cp_async_mbarrier_arrive_noinc(full);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+      }
+      // No lane exits with copies (and their barrier arrivals) still in flight (as the bf16 kernel).
+      cp_async_wait_all_sm90();
+    } else if (threadIdx.x < 32) {
+      // Warp 0 walks the groups 32 per step (seek_warp, as in the 4-bit kernel: a one-thread walk
+      // could not keep the stages full at decode); its lane 0 issues the copies.
       const int k_blocks = role_blocks_of<kSplitTail || kStaged>(p.k, kFp8BlockK, num_k_blocks);
       int stage = 0;
       unsigned phase = 0;
@@ -201,7 +254,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       }
     }
   } else {
-    warpgroup_claim_registers<240>();
+    warpgroup_claim_registers<kConsumerRegs>();
     const int k_blocks = role_blocks_of<kSplitTail || kStaged>(p.k, kFp8BlockK, num_k_blocks);
     const int n_blocks = role_blocks_of<kSplitTail || kStaged>(p.n, 128, n_scale_blocks);
     const int consumer = warpgroup - 1;
@@ -244,6 +297,14 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       const int m_lane = m_warp + lane / 4;
       const float* sa_row0 = m_lane < tile.group_rows ? p.scale_a + tile.row_begin + m_lane : nullptr;
       const float* sa_row1 = m_lane + 8 < tile.group_rows ? p.scale_a + tile.row_begin + m_lane + 8 : nullptr;
+      if constexpr (Fuse::gather) {
+        // A is in token order: a routed row's scales are its token's ([kb][num_tokens]); a token
+        // outside [0, num_tokens) read a zero row, and its scale is 0 too.
+        const int t0 = sa_row0 ? __ldg(f->gather_rows + tile.row_begin + m_lane) : -1;
+        const int t1 = sa_row1 ? __ldg(f->gather_rows + tile.row_begin + m_lane + 8) : -1;
+        sa_row0 = (unsigned)t0 < (unsigned)f->num_tokens ? p.scale_a + t0 : nullptr;
+        sa_row1 = (unsigned)t1 < (unsigned)f->num_tokens ? p.scale_a + t1 : nullptr;
+      }
       // A slice wholly past N (consumer 1 of a 256-wide tile when N is ragged) stores nothing, but
       // its scale read must stay inside B's scales: the group's last block (compute-sanitizer
       // memcheck, H100, 2026-11-23: n0 / 128 read one block past the last group's end).
@@ -259,7 +320,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                     "two scale blocks: the 128x192 tile (n0 a multiple of 64) or 128x256 (a multiple of 256)");
       const int split = kTwoScaleBlocks ? 128 - n0 % 128 : kWgN;
       const float* sb_block_hi = kTwoScaleBlocks && n0 + split < p.n ? sb_block + k_blocks : sb_block;
-      const long long a_stride = p.total_rows;
+      const long long a_stride = Fuse::gather ? (long long)f->num_tokens : (long long)p.total_rows;
       float sa0 = 0.f, sa1 = 0.f, sb = kChannelScalesB ? 1.f : 0.f, sb_hi = sb;
       if (kb_end > kb_begin) {
         sa0 = sa_row0 ? __ldg(sa_row0 + kb_begin * a_stride) : 0.f;
@@ -278,6 +339,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
 
       for (int kb = kb_begin; kb < kb_end; ++kb) {
         mbarrier_wait(full_bars + 8 * stage, phase);
+        // fuse=gather: A came through the generic proxy (cp.async); order it before wgmma's reads.
+        if constexpr (Fuse::gather) fence_proxy_async_shared();
         // Descriptors advanced from the first stage's (SASS: rebuilding them from the address for
         // each k32 step cost ~40 instructions per k-block).
         const unsigned long long a_desc = wgmma_desc_advance<kABytes>(a_desc0, stage);
