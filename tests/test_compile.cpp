@@ -227,8 +227,8 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
     fp8.push_back(s);
   }
   // Gathered A rows (by cp.async; static scheduler: the producer warpgroup at 24 registers, the
-  // consumers at 240): every kernel the heuristic or the tuner can pick for a GEMM1 (not 128x192
-  // s5, which spills 4 bytes: the tuner skips it with gather).
+  // consumers at 240; dynamic: 40 and 232, on 64x256 and 128x128 only): every kernel the heuristic
+  // or the tuner can pick for a GEMM1 (not 128x192 s5, which spills 4 bytes: the tuner skips it).
   Fusion gemm1;
   gemm1.gather_a = gemm1.bias = true;
   gemm1.activation = Activation::swiglu;
@@ -236,6 +236,12 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
   const GemmProblem gathered{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * 1024, group_rows,
                              std::nullopt, gemm1};
   for (const KernelSpec& s : tuning_candidates(gathered, Arch{9, 0, true}, 132)) fp8.push_back(s);
+  std::vector<int> small_groups(64, 128);  // below 512 rows: 64x256 on the dynamic scheduler
+  const GemmProblem gathered_small{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * 128, small_groups,
+                                   std::nullopt, gemm1};
+  const KernelSpec small = choose_spec(gathered_small, Arch{9, 0, true}, 132);
+  CHECK((small.tile.m == 64 && small.scheduler == Scheduler::dynamic));
+  fp8.push_back(small);
   for (const char* text : {"family=hopper,a=e4m3,b=e4m3,c=f32,tile=128x256x128,stages=4,layout=masked,"
                            "fuse=gather+scatter+weight+bias,act=gelu",
                            "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,b_scales=channels,fuse=gather",

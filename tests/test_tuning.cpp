@@ -215,7 +215,7 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) for >= 256 rows per group
   CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
 }
 
-TEST_CASE("tuning candidates: gathered FP8 on Hopper, the static scheduler and no 128x192 s5", "[tuning][fusion]") {
+TEST_CASE("tuning candidates: gathered FP8 on Hopper, dynamic only on 64-column slices, no 128x192 s5", "[tuning][fusion]") {
   Fusion gemm1;
   gemm1.gather_a = gemm1.bias = true;
   gemm1.activation = Activation::swiglu;
@@ -229,7 +229,7 @@ TEST_CASE("tuning candidates: gathered FP8 on Hopper, the static scheduler and n
     for (auto& s : specs) {
       INFO(s.to_text());
       CHECK((s.family == KernelFamily::hopper && s.fusion == gemm1));
-      CHECK(s.scheduler == Scheduler::static_persistent);
+      if (s.scheduler == Scheduler::dynamic) CHECK((s.tile.m == 64 || s.tile.n == 128));  // consumers of 64 x 128 fit 232 registers
       CHECK(!(s.tile.n == 192 && s.stages == 5));
     }
   }

@@ -286,10 +286,20 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
                                                                                    : kFp8Wide);
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
     if (mean_rows >= kFp8StaticMinRows && problem.k <= kFp8StaticMaxK) spec.scheduler = Scheduler::static_persistent;
-    // Gathered A: static. The gathering producer warpgroup needs 40 registers beside the dynamic
-    // scheduler's ring, and the 128x192 / 128x256 consumers spill at the 232 that leaves (24 and
-    // 240 with the static one: no spill on these tiles; tests/test_compile.cpp).
-    if (spec.fusion.gather_a) spec.scheduler = Scheduler::static_persistent;
+    // Gathered A: the gathering producer warpgroup needs 40 registers beside the dynamic scheduler's
+    // ring, and the 128x192 / 128x256 consumers spill at the 232 that leaves (24 and 240 with the
+    // static one: no spill; tests/test_compile.cpp). So those tiles gather on the static scheduler;
+    // below 512 rows per expert, where partial tiles make the static one drift (above), 64x256 on
+    // the dynamic one instead (its consumers fit 232): 0.94 / 0.88 / 0.96x the time of static
+    // 128x256 on gpt-oss / DeepSeek-V3 / Qwen3 up at 4096 tokens (H100, docs/perf.md v27).
+    if (spec.fusion.gather_a) {
+      if (mean_rows < kFp8StaticMinRows) {
+        spec = with_tile(spec, kFp8Small);
+        spec.scheduler = Scheduler::dynamic;
+      } else {
+        spec.scheduler = Scheduler::static_persistent;
+      }
+    }
     spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
     spec.validate();
     return spec;
