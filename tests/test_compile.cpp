@@ -236,7 +236,7 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
   const GemmProblem gathered{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * 1024, group_rows,
                              std::nullopt, gemm1};
   for (const KernelSpec& s : tuning_candidates(gathered, Arch{9, 0, true}, 132)) fp8.push_back(s);
-  std::vector<int> small_groups(64, 128);  // below 512 rows: 64x256 on the dynamic scheduler
+  std::vector<int> small_groups(64, 128);  // below 256 rows: 64x256 on the dynamic scheduler
   const GemmProblem gathered_small{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * 128, small_groups,
                                    std::nullopt, gemm1};
   const KernelSpec small = choose_spec(gathered_small, Arch{9, 0, true}, 132);

@@ -74,6 +74,9 @@ constexpr int kFp8WideTileLargeGroupMinK = 4096;
 // drifting apart off the shared B tiles (as the bf16 kernel's do, v2); Mixtral (K >= 4096) ±2%.
 constexpr int kFp8StaticMinRows = 512;  // mean rows per active expert
 constexpr int kFp8StaticMaxK = 3072;
+// Gathered A (fuse=gather): 64x256 on the dynamic scheduler below this many mean rows per expert,
+// else the tile above on the static one (choose_spec says why).
+constexpr int kFp8GatherDynamicMaxRows = 256;
 // The tiles of a launch without the groups' sizes: each active group's rows fill whole tiles plus
 // (at most) one partial one.
 long long estimated_tiles(long long rows, long long active, int n, TileShape tile) {
@@ -289,11 +292,13 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Gathered A: the gathering producer warpgroup needs 40 registers beside the dynamic scheduler's
     // ring, and the 128x192 / 128x256 consumers spill at the 232 that leaves (24 and 240 with the
     // static one: no spill; tests/test_compile.cpp). So those tiles gather on the static scheduler;
-    // below 512 rows per expert, where partial tiles make the static one drift (above), 64x256 on
-    // the dynamic one instead (its consumers fit 232): 0.94 / 0.88 / 0.96x the time of static
-    // 128x256 on gpt-oss / DeepSeek-V3 / Qwen3 up at 4096 tokens (H100, docs/perf.md v27).
+    // below 256 rows per expert, where partial tiles make the static one drift (above), 64x256 on
+    // the dynamic one instead (its consumers fit 232): 0.94 / 0.88x the time of static 128x256 on
+    // gpt-oss / DeepSeek-V3 up at 4096 tokens (128 rows), 0.94x on Qwen3 up 1024 (64 rows); at 256
+    // rows a tie (Qwen3 up 4096) or 1.1-1.2x (Mixtral up 1024, N = 28672: B read twice as often).
+    // H100, docs/perf.md v27.
     if (spec.fusion.gather_a) {
-      if (mean_rows < kFp8StaticMinRows) {
+      if (mean_rows < kFp8GatherDynamicMaxRows) {
         spec = with_tile(spec, kFp8Small);
         spec.scheduler = Scheduler::dynamic;
       } else {
