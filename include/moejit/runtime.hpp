@@ -32,7 +32,7 @@ using Stream = CUstream_st*;
 //     · Σ_{k in block kb} A[r, k] · B[g, n, k]. quantize_fp8 + fp8_kernel_scales_a/b make them.
 //     b_scale_layout = ScaleB::channels (hopper only): b_scales fp32 [num_groups][N], one per output
 //     channel (per_row weights, the row-wise recipe): C[r, n] = b_scales[g][n] · Σ_kb a_scales[kb][r] · (...).
-//     With fuse=gather (portable family) A is [num_tokens, K] in token order and a_scales
+//     With fuse=gather (both families) A is [num_tokens, K] in token order and a_scales
 //     [ceil(K/128)][num_tokens]: a routed row takes its token's row and scales. FP8 with a split
 //     GLU needs (n/2) % 128 == 0 (the up half's B scale blocks).
 //   ab_type = bf16 with b_type = mxfp4 | nvfp4 (weight-only 4-bit; hopper, or portable on other
