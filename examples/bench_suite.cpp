@@ -16,7 +16,8 @@
 // gbps then counts the format's bytes: weights of active experts with their scales, A (+ its
 // scales), C. Routing draws the same random numbers in every format, so one routing file serves all.
 // BENCH_GATHER=1: every case with fuse=gather (A in token order, a random token per routed row), as
-//   a fused GEMM1 reads it; the routing is the same as without.
+//   a fused GEMM1 reads it; the routing is the same as without. BENCH_FUSE="act=swiglu,glu=split"
+//   adds an activation (spec fields; no bias, weight or scatter).
 // BENCH_WARMUP_MS (default 25): each case's warm-up launches before it is timed (0 under ncu).
 // BENCH_INTERLEAVE=1 with BENCH_SPECS: the chosen config and the overrides take turns launch by
 // launch (each after its own L2 clear) instead of being timed one after another: at 16384 tokens a
@@ -268,6 +269,10 @@ int main(int argc, char** argv) {
   std::vector<TuneRow> tune_rows;
   const std::string format = std::getenv("FORMAT") ? std::getenv("FORMAT") : "bf16";
   const bool gather = std::getenv("BENCH_GATHER") && std::string(std::getenv("BENCH_GATHER")) != "0";
+  // BENCH_FUSE="act=swiglu,glu=split": an epilogue fusion that needs no pointers (an activation,
+  // with its GLU layout), in spec fields; the GEMM's FLOPs and the table's bytes stay the plain GEMM's.
+  moejit::Fusion bench_fusion;
+  if (const char* fuse = std::getenv("BENCH_FUSE")) bench_fusion = moejit::KernelSpec::parse(fuse).fusion;
   const float warmup_ms = std::getenv("BENCH_WARMUP_MS") ? std::stof(std::getenv("BENCH_WARMUP_MS")) : 25.f;
   // The peers' protocol (do_bench): ~100 ms of launches, each after a 256 MB L2 clear.
   // BENCH_PROTOCOL=sync: v1-v13's (~200 ms of launches, a host sync after each, no clear).
@@ -369,6 +374,7 @@ int main(int argc, char** argv) {
         args.group_offsets = d_off;
         args.total_rows = rows;
         args.host_groups = offsets;
+        args.fusion = bench_fusion;
         if (gather) {
           std::vector<int> tokens_of_rows(std::max(rows, 1));
           std::mt19937 token_rng(tokens);  // its own generator: the cases' routing stays that of a run without

@@ -236,6 +236,15 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
   const GemmProblem gathered{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * 1024, group_rows,
                              std::nullopt, gemm1};
   for (const KernelSpec& s : tuning_candidates(gathered, Arch{9, 0, true}, 132)) fp8.push_back(s);
+  // DeepSeek-V3's GEMM1 in its checkpoint's layout: gate and up rows as two halves (glu=split), every
+  // tile the heuristic or the tuner can pick (not 128x192, rejected).
+  Fusion gemm1_split = gemm1;
+  gemm1_split.glu = GluLayout::split;
+  const GemmProblem split_problem{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * 1024, group_rows,
+                                  std::nullopt, gemm1_split};
+  for (const KernelSpec& s : tuning_candidates(split_problem, Arch{9, 0, true}, 132)) fp8.push_back(s);
+  fp8.push_back(KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,c=f32,layout=masked,tile=128x128x128,stages=6,sched=dynamic,"
+                                  "fuse=scatter+weight+bias,act=swiglu,glu=split"));
   std::vector<int> small_groups(64, 128);  // below 256 rows: 64x256 on the dynamic scheduler
   const GemmProblem gathered_small{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * 128, small_groups,
                                    std::nullopt, gemm1};
@@ -411,7 +420,8 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per e
 }
 
 TEST_CASE("heuristic with fusions and quantized operands: a family that has them", "[heuristic][fusion]") {
-  // Hopper FP8 and 4-bit: all but split GLU (portable FP8 / 4-bit then).
+  // Hopper FP8: every fusion (a split GLU off the 128x192 tile); Hopper 4-bit: all but split GLU
+  // (portable 4-bit then).
   const Arch h100{9, 0, true};
   std::vector<int> sizes(32, 100);
   Fusion gemm1;
@@ -427,7 +437,7 @@ TEST_CASE("heuristic with fusions and quantized operands: a family that has them
   CHECK((s.family == KernelFamily::portable && s.b == DType::mxfp4 && s.fusion == split));
   GemmProblem fp8{GroupLayout::contiguous, DType::e4m3, DType::bf16, 32, 4096, 7168, 3200, sizes, std::nullopt, split};
   s = choose_spec(fp8, h100, 132);
-  CHECK((s.family == KernelFamily::portable && s.a == DType::e4m3 && s.fusion == split));
+  CHECK((s.family == KernelFamily::hopper && s.a == DType::e4m3 && s.fusion == split && s.tile.n != 192));
   Fusion gathered;
   gathered.gather_a = true;
   fp8.fusion = gathered;

@@ -220,8 +220,8 @@ TEST_CASE("quant fusion: token rows gathered by TMA (gather_by=tma), Hopper 4-bi
 }
 
 // The Hopper FP8 kernel's gathering producer with the dynamic scheduler (warps 1-3 read the tile
-// ring; 40 registers): the tiles whose consumers fit the 232 left (the heuristic gathers with the
-// static one, which families() covers on every tile).
+// ring; 40 registers): the tiles whose consumers fit the 232 left (the heuristic takes 64x256 below
+// 256 rows per expert; families() covers every tile on the static scheduler).
 TEST_CASE("quant fusion: FP8 rows gathered with the dynamic scheduler, Hopper", "[gpu][fusion][fp8]") {
   const Arch arch = runtime().arch();
   if (!(arch.sm() == 90 && arch.arch_specific)) {
@@ -231,7 +231,7 @@ TEST_CASE("quant fusion: FP8 rows gathered with the dynamic scheduler, Hopper", 
   std::vector<KernelSpec> specs;
   for (const char* tile : {"tile=64x256x128,stages=4", "tile=128x128x128,stages=6"})
     for (const char* layout : {"contiguous", "masked"})
-      for (const char* fusion : {"fuse=gather+bias,act=swiglu", "fuse=gather+scatter+weight,c=f32"}) {
+      for (const char* fusion : {"fuse=gather+bias,act=swiglu", "fuse=gather+bias,act=swiglu,glu=split", "fuse=gather+scatter+weight,c=f32"}) {
         KernelSpec s = KernelSpec::parse(fmt::format("family=hopper,arch={},layout={},a=e4m3,b=e4m3,{},sched=dynamic,{}",
                                                      arch.to_text(), layout, tile, fusion));
         s.validate();
@@ -241,9 +241,9 @@ TEST_CASE("quant fusion: FP8 rows gathered with the dynamic scheduler, Hopper", 
   std::mt19937 rng(2030);
   for (auto& spec : specs) {
     auto routing = random_routing(301, 4, 8, {3, 6}, rng);
-    auto p = make(spec, 301, 4, 8, 320, 160, routing, rng);
+    auto p = make(spec, 301, 4, 8, n_for(spec, 320), 160, routing, rng);
     run_and_check(p, "random top-4, dynamic");
-    auto one = make(spec, 517, 1, 4, 256, 256, one_expert_routing(517, 2), rng);
+    auto one = make(spec, 517, 1, 4, n_for(spec, 256), 256, one_expert_routing(517, 2), rng);
     run_and_check(one, "one expert, dynamic");
   }
 }

@@ -107,7 +107,11 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   // gather by TMA (FP8) and split GLU (both).
   require_rejected("family=hopper,a=e4m3,b=e4m3,fuse=gather+bias,gather_by=tma", {"fuse=gather", "gather_by=tma", "a=e4m3", "cp.async"});
   CHECK_NOTHROW(KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,fuse=gather+bias,act=swiglu").validate());
-  require_rejected("family=hopper,a=e4m3,b=e4m3,act=swiglu,glu=split", {"glu=split", "a=e4m3", "family=hopper", "family=portable"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=4,act=swiglu,glu=split", {"glu=split", "a=e4m3", "tile=128x192x128", "128x256x128"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,b_scales=channels,act=swiglu,glu=split",
+                   {"glu=split", "b_scales=channels"});
+  for (const char* tile : {"tile=128x128x128,stages=6", "tile=64x256x128,stages=4", "tile=128x256x128,stages=4"})
+    CHECK_NOTHROW(KernelSpec::parse(std::string("family=hopper,a=e4m3,b=e4m3,") + tile + ",fuse=gather+bias,act=swiglu,glu=split").validate());
   require_rejected("family=hopper,b=mxfp4,fuse=bias,act=swiglu,glu=split", {"glu=split", "b=mxfp4", "family=hopper", "interleaved"});
   require_rejected("family=hopper,b=nvfp4,c=f32,fuse=scatter+atomic", {"c=f32"});
   require_rejected("family=portable,a=e4m3,b=e4m3,tile=128x128x32,fuse=scatter+atomic,c=bf16", {"c=f32"});

@@ -278,14 +278,14 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.validate();
     return spec;
   }
-  if (problem.ab_type == DType::e4m3 && hopper_capable(arch) && !split_glu) {
-    // Elsewhere (and with a split GLU, which the Hopper FP8 kernel does not fuse) the portable
-    // family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below. Gathered rows come by
-    // cp.async (the Hopper FP8 kernel has no TMA gather).
+  if (problem.ab_type == DType::e4m3 && hopper_capable(arch)) {
+    // Elsewhere the portable family widens FP8 to BF16 (promotion per 128 K), bf16 tile rules below.
+    // Gathered rows come by cp.async (the Hopper FP8 kernel has no TMA gather); a split GLU takes
+    // 128x256 where the rule says 128x192, whose 96-row halves straddle B's scale blocks.
     spec.family = KernelFamily::hopper;
     spec.fusion.gather_by = GatherLoad::cp_async;
     spec = with_tile(spec, mean_rows < kFp8WideTileMinRows                         ? kFp8Small
-                           : fp8_full_tile_pays(problem.n, problem.k, rows, active, sm_count) ? kFp8Full
+                           : split_glu || fp8_full_tile_pays(problem.n, problem.k, rows, active, sm_count) ? kFp8Full
                                                                                    : kFp8Wide);
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
     if (mean_rows >= kFp8StaticMinRows && problem.k <= kFp8StaticMaxK) spec.scheduler = Scheduler::static_persistent;

@@ -162,10 +162,10 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
   // C7518 on 64x256) or a spill (48 tokens with scatter), and unfused the dynamic scheduler already
   // ran slower on 4-bit weights (docs/perf.md v10, v21).
   // Gathered FP8 Hopper kernels: the gathering producer warpgroup needs 40 registers with the
-  // dynamic scheduler's ring, which leaves the consumers 232: enough for 64 x 128 slices (64x256,
-  // 128x128), a spill for the 128x192 and 128x256 ones (static only); the static 128x192 kernel
-  // with 5 stages (register-store epilogue) spills 4 bytes, so it is left out (tests/test_compile.cpp
-  // compiles the rest).
+  // dynamic scheduler's ring, which leaves the consumers 232: enough for 64 x 128 slices (64x256 s4,
+  // 128x128; 64x256 s5 spills 4 bytes with a split GLU), a spill for the 128x192 and 128x256 ones
+  // (static only); the static 128x192 kernel with 5 stages (register-store epilogue) spills 4
+  // bytes, so it is left out (tests/test_compile.cpp compiles the rest).
   const bool fp8_gathered = chosen.a == DType::e4m3 && chosen.family == KernelFamily::hopper && chosen.fusion.gather_a;
   const bool static_only = chosen.is_weight_only_4bit() && chosen.family == KernelFamily::hopper && chosen.fusion.any();
   auto add = [&](const TileConfig& t) {
@@ -175,7 +175,7 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
       for (SplitK split : {SplitK::none, SplitK::tail}) {
         if (split == SplitK::tail && !try_split) continue;
         if (sched == Scheduler::dynamic && static_only) continue;
-        if (sched == Scheduler::dynamic && fp8_gathered && t.tile.m != 64 && t.tile.n != 128) continue;
+        if (sched == Scheduler::dynamic && fp8_gathered && !(t.tile.n == 128 || (t.tile.m == 64 && t.stages == 4))) continue;
         KernelSpec s = chosen;
         s.split = split;
         s.tile = t.tile;

@@ -260,8 +260,11 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     std::uint64_t rows = std::max(static_cast<unsigned>(p.total_rows), 1u);
     TmaDescriptor tma_a = make_tma_2d_swizzled(args.a, spec.a, fusion.gather_a ? (std::uint64_t)args.num_tokens : rows,
                                                args.k, spec.tile.m, 128);
-    TmaDescriptor tma_b =
-        make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k, spec.tile.n, 128);
+    // Split GLU: each consumer slice's B in a gate box and an up box of half a slice (load_b_tile).
+    const unsigned fp8_slice_n = spec.tile.m == 64 ? spec.tile.n / 2 : spec.tile.n;
+    const bool split_glu = fusion.glu_activation() && fusion.glu == GluLayout::split;
+    TmaDescriptor tma_b = make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k,
+                                               split_glu ? fp8_slice_n / 2 : spec.tile.n, 128);
     std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
     TmaDescriptor tma_c = spec.stages_c() ? make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c))
                                           : tma_a;

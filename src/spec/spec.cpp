@@ -337,9 +337,18 @@ void KernelSpec::validate() const {
     if (family == KernelFamily::hopper && a == DType::e4m3 && fusion.gather_a && fusion.gather_by == GatherLoad::tma)
       fail("fuse=gather with gather_by=tma and a=e4m3 on family=hopper: the Hopper FP8 kernel gathers rows by cp.async "
            "(gather_by=cp_async)");
-    if (family == KernelFamily::hopper && a == DType::e4m3 && fusion.glu_activation() && fusion.glu == GluLayout::split)
-      fail("glu=split with a=e4m3 on family=hopper: the Hopper FP8 kernel has interleaved GLU only "
-           "(family=portable has split)");
+    // Split GLU in the FP8 kernel: each half of a consumer slice must lie in one 128-row scale block
+    // of B, which 128x192's 96-row halves do not; per-channel B scales would need the split's
+    // column map in the scaling.
+    if (family == KernelFamily::hopper && a == DType::e4m3 && fusion.glu_activation() && fusion.glu == GluLayout::split) {
+      if (tile.n == 192)
+        fail("glu=split with a=e4m3 on tile={}x{}x{}: the Hopper FP8 kernel's split GLU needs slices whose gate and up "
+             "halves each lie in one 128-row scale block (tile=128x128x128, 64x256x128 or 128x256x128)",
+             tile.m, tile.n, tile.k);
+      if (b_scales == ScaleB::channels)
+        fail("glu=split with a=e4m3 and b_scales=channels on family=hopper (split GLU takes block scales; "
+             "use glu=interleaved or b_scales=blocks)");
+    }
     // The Hopper 4-bit kernel (roles swapped) has gather and the epilogue fusions but not split GLU
     // (a tile's 128 weight rows are one packed block; gate and up halves would need two) nor
     // atomic (its C is 16-bit: c=f32 is rejected below).

@@ -64,8 +64,13 @@ __host__ __device__ constexpr int fp8_smem_bytes() {
 // activation (interleaved GLU), weight, store / scatter / fp32 atomics. Gather (by cp.async, as the
 // bf16 kernel's: the producer warpgroup copies the tile's token rows, 128 e4m3 = 128 bytes per row
 // and K block, into the stage where TMA would put them; each consumer row reads its token's A
-// scales, [kb][num_tokens]). Not here: gather by TMA (one copy per row is far too small for the
-// copy engine, docs/design.md) and split GLU (B boxes and B scale blocks of two halves).
+// scales, [kb][num_tokens]). Split GLU (v27): each consumer slice's B comes as a gate box and an
+// up box of kWgN/2 rows (fused_epilogue.cuh, load_b_tile), each inside one 128-row scale block
+// ((n/2) % 128 == 0, validated), so the slice's first half takes the gate block's scale and its
+// second half the up block's: 128x128 and 64x256 (64-row halves in one 64x128 part) and 128x256
+// (128-row halves, one per part), not 128x192 (96-row halves straddle scale blocks). Not here:
+// gather by TMA (one copy per row is far too small for the copy engine, docs/design.md), and split
+// GLU with per-channel B scales.
 // Per-channel B scales (kChannelScalesB): acc[4j + 2h + e] of output column n0 + 8j + 2(lane%4) + e
 // times scale_b[group][column], then + bias[group][column] with fuse=bias (the accumulators
 // started at zero: a bias folded in first would be scaled too). Columns past N get 0.
@@ -111,7 +116,9 @@ template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class 
 __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                                  const TmaDescriptor& tma_c, const FusionParams* f = nullptr) {
-  static_assert(!Fuse::gather_tma && !Fuse::glu_split, "FP8 Hopper kernel: no gather by TMA, no split GLU");
+  static_assert(!Fuse::gather_tma, "FP8 Hopper kernel: no gather by TMA");
+  static_assert(!Fuse::glu_split || (!kChannelScalesB && kBlockN != 192),
+                "FP8 split GLU: scale blocks per half (not per channel), halves of 64 or 128 rows (not 128x192)");
   // A consumer warpgroup's columns lie in one 128-wide scale block of B, or (128x192) in two: its
   // 192 columns start at a multiple of 64, so the first block's part is 128 or 64 columns wide; or
   // (128x256) in two, one per 128-column half.
@@ -214,7 +221,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           const unsigned full = full_bars + 8 * stage;
           if (threadIdx.x == 0) {
             mbarrier_arrive_expect_tx(full, kBBytes);
-            tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
+            if constexpr (Fuse::glu_split)
+              load_b_tile<kBlockN, kWgN, true>(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, tile.group,
+                                               tile.n_block, p.n);
+            else
+              tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
           }
           rows.copy_k_block(a_stages + stage * kABytes, p.a, p.k, kb * kFp8BlockK);
           cp_async_mbarrier_arrive_noinc(full);
@@ -246,7 +257,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
             const unsigned full = full_bars + 8 * stage;
             mbarrier_arrive_expect_tx(full, kABytes + kBBytes);
             tma_load_2d(a_stages + stage * kABytes, tma_a, full, kb * kFp8BlockK, a_row);
-            tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
+            if constexpr (Fuse::glu_split)
+              load_b_tile<kBlockN, kWgN, true>(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, tile.group,
+                                               tile.n_block, p.n);
+            else
+              tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
           }
           __syncwarp();
           if (++stage == kStages) stage = 0, phase ^= 1;
@@ -314,12 +329,20 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                : (static_cast<long long>(tile.group) * n_blocks + min(n0, p.n - 1) / 128) *
                                                      k_blocks);
       // 128x192: columns [split, 192) of the slice take the next scale block's scale (or, past N,
-      // where nothing is stored, this block's again: the read stays inside B's scales).
-      constexpr bool kTwoScaleBlocks = kWgN > 128;
-      static_assert(!kTwoScaleBlocks || ((kWgN == 192 || kWgN == 256) && !kSplitN),
+      // where nothing is stored, this block's again: the read stays inside B's scales). Split GLU:
+      // the first half (gate rows out0 ...) takes the gate block's, the second (up rows n/2 + out0
+      // ...) the up block's; a slice past n/2 (stores nothing) reads the last gate / up block.
+      constexpr bool kTwoScaleBlocks = kWgN > 128 || Fuse::glu_split;
+      static_assert(!kTwoScaleBlocks || Fuse::glu_split || ((kWgN == 192 || kWgN == 256) && !kSplitN),
                     "two scale blocks: the 128x192 tile (n0 a multiple of 64) or 128x256 (a multiple of 256)");
-      const int split = kTwoScaleBlocks ? 128 - n0 % 128 : kWgN;
+      const int split = Fuse::glu_split ? kWgN / 2 : kTwoScaleBlocks ? 128 - n0 % 128 : kWgN;
       const float* sb_block_hi = kTwoScaleBlocks && n0 + split < p.n ? sb_block + k_blocks : sb_block;
+      if constexpr (Fuse::glu_split) {
+        const int out0 = min(split_glu_out0(tile.n_block, kBlockN, kWgN, kSplitN ? consumer : 0), p.n / 2 - 1);
+        const float* const group_scales = static_cast<const float*>(p.scale_b) + static_cast<long long>(tile.group) * n_blocks * k_blocks;
+        sb_block = group_scales + static_cast<long long>(out0 / 128) * k_blocks;
+        sb_block_hi = group_scales + static_cast<long long>((p.n / 2 + out0) / 128) * k_blocks;
+      }
       const long long a_stride = Fuse::gather ? (long long)f->num_tokens : (long long)p.total_rows;
       float sa0 = 0.f, sa1 = 0.f, sb = kChannelScalesB ? 1.f : 0.f, sb_hi = sb;
       if (kb_end > kb_begin) {
@@ -331,7 +354,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         }
       }
       if constexpr (Fuse::bias && !kChannelScalesB) {
-        init_acc_with_bias<kBlockN, kWgN, false>(acc, *f, tile.group, p.n, tile.n_block * kBlockN, tile_col0, lane);
+        init_acc_with_bias<kBlockN, kWgN, Fuse::glu_split>(acc, *f, tile.group, p.n, tile.n_block * kBlockN, tile_col0, lane);
       } else {
 #pragma unroll
         for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
