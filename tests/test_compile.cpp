@@ -618,6 +618,12 @@ RoutingSpec combine_variant(const char* arch, DType in, DType out, int top_k) {
   return RoutingSpec::for_combine(c, Arch::parse(arch));
 }
 
+RoutingSpec quantize_variant(const char* arch, DType in) {
+  QuantizeFp8Args q;
+  q.input_type = in;
+  return RoutingSpec::for_quantize_fp8(q, Arch::parse(arch));
+}
+
 }  // namespace
 
 // A representative set: each scoring rule at its model's shape, the largest shape (1024 experts,
@@ -634,6 +640,10 @@ TEST_CASE("routing kernels compile for sm_90a and sm_80 without spills or local 
       combine_variant("sm_90a", DType::f32, DType::bf16, 8),
       combine_variant("sm_90a", DType::f16, DType::f32, 1),
       combine_variant("sm_80", DType::bf16, DType::bf16, 8),
+      quantize_variant("sm_90a", DType::bf16),
+      quantize_variant("sm_90a", DType::f16),
+      quantize_variant("sm_90a", DType::f32),
+      quantize_variant("sm_80", DType::bf16),
   };
   std::string cuobjdump = cuobjdump_path();
   if (cuobjdump.empty()) FAIL("cuobjdump not found: run .ci/setup (pip package nvidia-cuda-cuobjdump) or set MOEJIT_CUOBJDUMP");
@@ -674,8 +684,11 @@ TEST_CASE("routing kernels compile for sm_90a and sm_80 without spills or local 
     if (specs[i].op == RoutingSpec::Op::route) {
       CHECK(sass.find("MATCH.ANY") != std::string::npos);  // the sort's per-warp ranks
       CHECK(sass.find("SHFL.BFLY") != std::string::npos);  // the top-k's warp reductions
-    } else {
+    } else if (specs[i].op == RoutingSpec::Op::combine) {
       CHECK(sass.find("LDG.E.128") != std::string::npos);  // 16-byte loads
+    } else {
+      CHECK(sass.find("REDUX") != std::string::npos);  // the block's amax in one warp reduction
+      CHECK(sass.find(specs[i].input == DType::f32 ? "LDG.E.128" : "LDG.E.64") != std::string::npos);
     }
     max_ms = std::max(max_ms, results[i].wall_ms);
     total_ms += results[i].wall_ms;

@@ -286,3 +286,65 @@ TEST_CASE("combine matches the reference: types, weights, dropped slots", "[gpu]
       CHECK(rel <= (k.out == DType::f32 ? 1e-6 : k.out == DType::bf16 ? 4e-3 : 5e-4));
     }
 }
+
+// FP8 activations: the kernel's codes and scales are moejit::quantize_fp8's (block_1x128, scales by
+// fp8_kernel_scales_a) bit for bit, on values spread over 2^-16..2^16 per row, with all-zero
+// blocks, infinities (left out of the amax, saturated to +-448), E4M3 subnormals and a partial
+// last block; outputs poisoned first (0xFF: a NaN code, and NaN scales).
+TEST_CASE("quantize_activations_fp8 matches the host quantizer bit for bit", "[gpu][routing][fp8]") {
+  runtime();
+  for (DType in : {DType::bf16, DType::f16, DType::f32})
+    for (auto [rows, k] : {std::pair{1, 128}, std::pair{37, 176}, std::pair{300, 7168}, std::pair{129, 2048}, std::pair{5, 16}}) {
+      INFO(fmt::format("{}: rows {} k {}", to_text(in), rows, k));
+      std::mt19937 rng(rows * 131 + k + (int)in);
+      std::normal_distribution<float> normal;
+      std::uniform_real_distribution<float> log_scale(-16.f, 16.f);
+      const std::size_t count = (std::size_t)rows * k;
+      std::vector<float> values(count);
+      for (int r = 0; r < rows; ++r) {
+        // f16 holds up to 65504: keep its rows below 2^12 so that no value is infinite by rounding.
+        const float row_scale = std::ldexp(1.f, (int)log_scale(rng) / (in == DType::f16 ? 4 : 1));
+        for (int c = 0; c < k; ++c) {
+          float v = normal(rng) * row_scale;
+          if (r % 7 == 3 && c < 128) v = 0.f;                       // an all-zero block
+          if (r % 11 == 5 && c % 128 == 9) v = r % 2 ? -INFINITY : INFINITY;  // not in the amax
+          if (r % 5 == 2 && c % 128 > 64) v *= 1e-4f;               // E4M3 subnormals beside the amax
+          values[(std::size_t)r * k + c] = v;
+        }
+      }
+      std::vector<std::uint16_t> bits(count);
+      if (in != DType::f32)
+        for (std::size_t i = 0; i < count; ++i) values[i] = from_half_bits(in, bits[i] = to_half_bits(in, values[i]));
+      DeviceBuffer d_in(count * element_bytes(in) + 16);
+      d_in.upload(in == DType::f32 ? (const void*)values.data() : (const void*)bits.data(), count * element_bytes(in));
+      const int k_blocks = (k + 127) / 128;
+      DeviceBuffer d_codes(count + 16), d_scales((std::size_t)k_blocks * rows * 4 + 16);
+      MOEJIT_CU(driver().cuMemsetD8(d_codes.ptr(), 0xff, d_codes.bytes()));
+      MOEJIT_CU(driver().cuMemsetD8(d_scales.ptr(), 0xff, d_scales.bytes()));
+      QuantizeFp8Args q;
+      q.input = d_in.get();
+      q.input_type = in;
+      q.rows = rows;
+      q.k = k;
+      q.output = d_codes.get();
+      q.scales = static_cast<float*>(d_scales.get());
+      quantize_activations_fp8(runtime(), q, nullptr);
+      MOEJIT_CU(driver().cuCtxSynchronize());
+      Fp8Tensor ref = quantize_fp8(values.data(), QuantShape{1, rows, k}, Fp8Scaling::block_1x128);
+      std::vector<float> ref_scales = fp8_kernel_scales_a(ref);
+      std::vector<std::uint8_t> codes(count);
+      std::vector<float> scales((std::size_t)k_blocks * rows);
+      d_codes.download(codes.data(), count);
+      d_scales.download(scales.data(), scales.size() * 4);
+      std::size_t code_mismatches = 0, scale_mismatches = 0, first = count;
+      for (std::size_t i = 0; i < count; ++i)
+        if (codes[i] != ref.data[i] && code_mismatches++ == 0) first = i;
+      for (std::size_t i = 0; i < scales.size(); ++i)
+        scale_mismatches += std::memcmp(&scales[i], &ref_scales[i], 4) != 0;
+      INFO(fmt::format("first code mismatch at {}: {:#04x} against {:#04x} (value {})", first,
+                       first < count ? codes[first] : 0, first < count ? ref.data[first] : 0,
+                       first < count ? values[first] : 0.f));
+      CHECK(code_mismatches == 0);
+      CHECK(scale_mismatches == 0);
+    }
+}

@@ -177,6 +177,51 @@ TEST_CASE("routing spec: canonical text, key and validation", "[routing]") {
   CHECK(!RoutingSpec::for_route(m, Arch{9, 0, true}).renormalize);
 }
 
+TEST_CASE("quantize_activations_fp8: spec text and argument checks", "[routing][validate]") {
+  QuantizeFp8Args q;
+  q.input_type = DType::f16;
+  CHECK(RoutingSpec::for_quantize_fp8(q, Arch{9, 0, true}).to_text() == "routing:op=quantize_fp8,arch=sm_90a,in=f16");
+  q.input_type = DType::e4m3;
+  CHECK_THROWS_WITH(RoutingSpec::for_quantize_fp8(q, Arch{9, 0, true}).validate(), Catch::Contains("in=e4m3"));
+  auto src = generate_routing_source(RoutingSpec::for_quantize_fp8(QuantizeFp8Args{}, Arch{9, 0, true}), TemplateStore::from_embedded());
+  CHECK(src.source.find("quantize_fp8<moejit::kBF16>") != std::string::npos);
+  // Arguments: checked before anything runs (no GPU needed), each failure naming the argument.
+  auto rt = Runtime::offline(Arch{9, 0, true});
+  alignas(16) static unsigned char buffer[4096];
+  auto valid = [] {
+    QuantizeFp8Args a;
+    a.input = buffer;
+    a.output = buffer + 1024;
+    a.scales = reinterpret_cast<float*>(buffer + 2048);
+    a.rows = 4;
+    a.k = 128;
+    return a;
+  };
+  auto error = [&](QuantizeFp8Args a) {
+    try {
+      quantize_activations_fp8(*rt, a, nullptr);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    } catch (const DriverError&) {
+      return std::string("valid");  // passed validation; the offline runtime cannot launch
+    }
+    return std::string("no exception");
+  };
+  auto expect = [&](const char* what, auto mutate) {
+    QuantizeFp8Args a = valid();
+    mutate(a);
+    INFO(what);
+    CHECK_THAT(error(a), Catch::Contains(what));
+  };
+  expect("input_type=e4m3", [](QuantizeFp8Args& a) { a.input_type = DType::e4m3; });
+  expect("input", [](QuantizeFp8Args& a) { a.input = nullptr; });
+  expect("output", [](QuantizeFp8Args& a) { a.output = buffer + 1025; });
+  expect("scales", [](QuantizeFp8Args& a) { a.scales = reinterpret_cast<float*>(buffer + 2049); });
+  expect("rows=-1", [](QuantizeFp8Args& a) { a.rows = -1; });
+  expect("k=24", [](QuantizeFp8Args& a) { a.k = 24; });
+  expect("k=0", [](QuantizeFp8Args& a) { a.k = 0; });
+}
+
 TEST_CASE("routing codegen renders both instantiations", "[routing]") {
   const TemplateStore& templates = TemplateStore::from_embedded();
   RoutingSpec s = RoutingSpec::for_route(shape(1, 128, 4), Arch{9, 0, true});

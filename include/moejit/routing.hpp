@@ -10,6 +10,12 @@
 //                              Rows of one expert are sorted by token; nothing depends on the order
 //                              in which atomics land, so repeated calls give the same bytes.
 //   combine(rt, args, stream)  [tokens, top_k, n] -> [tokens, n], summed over the slots in order.
+//   quantize_activations_fp8(rt, args, stream)
+//                              [rows, k] bf16/f16/f32 -> E4M3 with one fp32 scale per 128 K of
+//                              each row (DeepSeek-V3's 1x128 activations), scales [k/128][rows]:
+//                              the FP8 grouped GEMM's A and a_scales (x before a gathered GEMM1,
+//                              the GLU output before GEMM2). Bit for bit moejit::quantize_fp8 with
+//                              Fp8Scaling::block_1x128 and fp8_kernel_scales_a.
 //
 // reference::route / reference::combine are the CPU definitions the kernels are tested against.
 #pragma once
@@ -91,10 +97,19 @@ struct CombineArgs {
   const int* row_of_slot = nullptr;     // optional: slots whose row is -1 (dropped) are skipped
 };
 
+struct QuantizeFp8Args {
+  const void* input = nullptr;     // [rows, k], row-major, 16-byte aligned
+  DType input_type = DType::bf16;  // bf16, f16 or f32
+  long long rows = 0;
+  int k = 0;                       // a positive multiple of 16 (the FP8 GEMM's K)
+  void* output = nullptr;          // [rows, k] E4M3 codes, 16-byte aligned
+  float* scales = nullptr;         // [ceil(k / 128)][rows], 4-byte aligned
+};
+
 // What decides a routing kernel binary; canonical text "routing:op=...", content-keyed like a
 // KernelSpec (the "routing:" prefix keeps the two apart in the disk cache).
 struct RoutingSpec {
-  enum class Op { route, combine };
+  enum class Op { route, combine, quantize_fp8 };
   Op op = Op::route;
   Arch arch{};
   // route
@@ -103,11 +118,12 @@ struct RoutingSpec {
   RoutingScore score = RoutingScore::softmax_topk;
   bool renormalize = false;
   int expert_groups = 1, topk_groups = 1;
-  // combine (top_k too)
+  // combine (top_k too); quantize_fp8 (input only)
   DType input = DType::bf16, output = DType::bf16;
 
   static RoutingSpec for_route(const RoutingArgs& args, const Arch& arch);  // validates args
   static RoutingSpec for_combine(const CombineArgs& args, const Arch& arch);
+  static RoutingSpec for_quantize_fp8(const QuantizeFp8Args& args, const Arch& arch);
   std::string to_text() const;
   Key128 key() const;
   void validate() const;  // throws SpecError
@@ -128,6 +144,7 @@ std::shared_ptr<const CompiledRoutingKernel> compile_routing(Runtime& rt, const 
 // Validate (InvalidArgument naming the argument), compile or fetch, launch on `stream` (asynchronous).
 void route(Runtime& rt, const RoutingArgs& args, Stream stream);
 void combine(Runtime& rt, const CombineArgs& args, Stream stream);
+void quantize_activations_fp8(Runtime& rt, const QuantizeFp8Args& args, Stream stream);
 
 namespace reference {
 

@@ -44,4 +44,17 @@ struct CombineParams {
   int reserved0;
 };
 
+// quantize_activations_fp8(): each 128-wide K block of each row to E4M3 with one fp32 scale
+// (DeepSeek-V3's 1x128 activations: scale = amax / 448 over the block's finite values, 1 for an
+// all-zero block), scales K-block-major as the FP8 grouped GEMM reads them.
+struct QuantizeFp8Params {
+  const void* input;       // [rows, k], bf16, f16 or f32
+  unsigned char* output;   // [rows, k] E4M3 codes
+  float* scales;           // [ceil(k / 128)][rows]
+  long long rows;
+  long long blocks;        // rows * ceil(k / 128): one warp each
+  int k;                   // a multiple of 16
+  int k_blocks;            // ceil(k / 128)
+};
+
 }  // namespace moejit

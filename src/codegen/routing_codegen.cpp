@@ -32,6 +32,11 @@ GeneratedSource generate_routing_source(const RoutingSpec& spec, const TemplateS
   spec.validate();
   GeneratedSource out;
   out.file_name = fmt::format("moejit_routing_{}.cu", spec.key().hex());
+  if (spec.op == RoutingSpec::Op::quantize_fp8) {
+    out.source = fmt::format(fmt::runtime(templates.file("quantize_fp8.cu.in")), fmt::arg("spec", spec.to_text()),
+                             fmt::arg("type_in", dtype_code(spec.input)));
+    return out;
+  }
   if (spec.op == RoutingSpec::Op::combine) {
     out.source = fmt::format(fmt::runtime(templates.file("combine.cu.in")), fmt::arg("spec", spec.to_text()),
                              fmt::arg("type_in", dtype_code(spec.input)), fmt::arg("type_out", dtype_code(spec.output)),

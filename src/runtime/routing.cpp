@@ -113,6 +113,19 @@ void validate_combine(const CombineArgs& a) {
     bad(call, "num_tokens × top_k = {} (at most {})", (long long)a.num_tokens * a.top_k, INT32_MAX);
 }
 
+void validate_quantize_fp8(const QuantizeFp8Args& a) {
+  const char* call = "quantize_activations_fp8";
+  if (!storable(a.input_type)) bad(call, "input_type={} (expected bf16, f16 or f32)", to_text(a.input_type));
+  check_pointer(call, a.input, "input", 16);
+  check_pointer(call, a.output, "output", 16);
+  check_pointer(call, a.scales, "scales", 4);
+  if (a.rows < 0) bad(call, "rows={} (expected >= 0)", a.rows);
+  if (a.k < 16 || a.k % 16)
+    bad(call, "k={} (expected a positive multiple of 16, as the FP8 grouped GEMM's K)", a.k);
+  if (a.rows * ((a.k + 127LL) / 128) > (long long)UINT32_MAX * (kThreads / 32))
+    bad(call, "rows={} × k={}: more 128-wide blocks than one launch's grid holds", a.rows, a.k);
+}
+
 void launch(const Runtime& rt, CUfunction function, unsigned grid, void* params, Stream stream, unsigned threads = kThreads) {
   CUlaunchConfig config{};
   CUlaunchAttribute attrs[1]{};
@@ -127,9 +140,9 @@ void launch(const Runtime& rt, CUfunction function, unsigned grid, void* params,
   MOEJIT_CU(driver().cuLaunchKernelEx(&config, function, args, nullptr));
 }
 
-enum Entry { kFused, kTopk, kScan, kScatter, kCombine };
+enum Entry { kFused, kTopk, kScan, kScatter, kCombine, kQuantizeFp8 };
 constexpr const char* kEntryNames[] = {"moejit_route_fused", "moejit_route_topk", "moejit_route_scan",
-                                       "moejit_route_scatter", "moejit_combine"};
+                                       "moejit_route_scatter", "moejit_combine", "moejit_quantize_fp8"};
 
 // Every field of a validated spec, and the entry, in 64 bits (the ranges are the validated ones:
 // experts <= 1024, top_k <= 32, groups <= 32).
@@ -141,7 +154,7 @@ std::uint64_t packed_key(const RoutingSpec& s, Entry entry) {
     shift += bits;
   };
   put(entry, 3);
-  put(static_cast<int>(s.op), 1);
+  put(static_cast<int>(s.op), 2);
   put(s.arch.major, 8);
   put(s.arch.minor, 8);
   put(s.arch.arch_specific, 1);
@@ -153,7 +166,7 @@ std::uint64_t packed_key(const RoutingSpec& s, Entry entry) {
   put(s.expert_groups, 6);
   put(s.topk_groups, 6);
   put(static_cast<int>(s.input), 3);
-  put(static_cast<int>(s.output), 3);  // 62 bits
+  put(static_cast<int>(s.output), 3);  // 63 bits
   return key;
 }
 
@@ -243,6 +256,24 @@ void combine(Runtime& rt, const CombineArgs& a, Stream stream) {
   runtime_make_current(rt);
   launch(rt, function_of(rt, spec, kCombine),
          static_cast<unsigned>((p.num_vectors + kThreads - 1) / kThreads), &p, stream);
+}
+
+void quantize_activations_fp8(Runtime& rt, const QuantizeFp8Args& a, Stream stream) {
+  validate_quantize_fp8(a);
+  if (a.rows == 0) return;
+  RoutingSpec spec = RoutingSpec::for_quantize_fp8(a, rt.arch());
+  QuantizeFp8Params p{};
+  p.input = a.input;
+  p.output = static_cast<unsigned char*>(a.output);
+  p.scales = a.scales;
+  p.rows = a.rows;
+  p.k = a.k;
+  p.k_blocks = (a.k + 127) / 128;
+  p.blocks = a.rows * p.k_blocks;
+  runtime_make_current(rt);
+  // One warp per 128-wide block of a row.
+  launch(rt, function_of(rt, spec, kQuantizeFp8), static_cast<unsigned>((p.blocks + kThreads / 32 - 1) / (kThreads / 32)), &p,
+         stream);
 }
 
 }  // namespace moejit

@@ -48,7 +48,17 @@ RoutingSpec RoutingSpec::for_combine(const CombineArgs& a, const Arch& arch) {
   return s;
 }
 
+RoutingSpec RoutingSpec::for_quantize_fp8(const QuantizeFp8Args& a, const Arch& arch) {
+  RoutingSpec s;
+  s.op = Op::quantize_fp8;
+  s.arch = arch;
+  s.top_k = 1;  // unused; 1 keeps validate()'s range check meaningful for the other ops
+  s.input = a.input_type;
+  return s;
+}
+
 std::string RoutingSpec::to_text() const {
+  if (op == Op::quantize_fp8) return fmt::format("routing:op=quantize_fp8,arch={},in={}", arch.to_text(), moejit::to_text(input));
   if (op == Op::combine)
     return fmt::format("routing:op=combine,arch={},in={},out={},topk={}", arch.to_text(), moejit::to_text(input),
                        moejit::to_text(output), top_k);
@@ -63,6 +73,10 @@ void RoutingSpec::validate() const {
   if (arch.sm() < 80) fail(*this, fmt::format("arch={} (routing kernels need sm_80 or newer)", arch.to_text()));
   if (top_k < 1 || top_k > 32) fail(*this, fmt::format("topk={} (expected 1..32)", top_k));
   auto storable = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
+  if (op == Op::quantize_fp8) {
+    if (!storable(input)) fail(*this, fmt::format("in={} (expected bf16, f16 or f32)", moejit::to_text(input)));
+    return;
+  }
   if (op == Op::combine) {
     if (!storable(input)) fail(*this, fmt::format("in={} (expected bf16, f16 or f32)", moejit::to_text(input)));
     if (!storable(output)) fail(*this, fmt::format("out={} (expected bf16, f16 or f32)", moejit::to_text(output)));

@@ -1,6 +1,7 @@
 // MoE routing kernels: top-k experts per token with the model's normalization, a deterministic
-// counting sort of the (token, slot) pairs by expert into the grouped GEMMs' row space, and the
-// combine-reduce of the top-k expert outputs of each token.
+// counting sort of the (token, slot) pairs by expert into the grouped GEMMs' row space, the
+// combine-reduce of the top-k expert outputs of each token, and the FP8 (1x128) quantization of
+// activations for the FP8 grouped GEMMs.
 //
 // Determinism: the order of rows is decided by positions computed from prefix sums, never by the
 // order in which atomics land (shared-memory atomics only add counts, which commute). Rows of one
@@ -480,6 +481,72 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
     }
   }
   store8<kOut>(p.output, token * p.n + col, acc);
+}
+
+// ---- FP8 activations: one warp per 128-wide K block of a row, 4 elements per lane --------------
+
+// float -> E4M3 (OCP e4m3fn), round to nearest even, saturating to +-448 (no infinity in E4M3; NaN
+// -> 0x7F with its sign): the steps of the host's float_to_e4m3 (formats.cpp), so that both give
+// the same bits. The scaling by a power of two is exact.
+__device__ __forceinline__ unsigned e4m3_code(float value) {
+  const unsigned bits = __float_as_uint(value);
+  const unsigned sign = (bits >> 24) & 0x80u;
+  const float a = fabsf(value);
+  if (a != a) return sign | 0x7Fu;
+  if (a >= 448.f) return sign | 0x7Eu;
+  const int exp = a < 0.015625f ? -6 : (int)((bits >> 23) & 0xFFu) - 127;  // 2^-6: E4M3's smallest normal
+  const unsigned steps = __float2uint_rn(__fmul_rn(a, __uint_as_float((unsigned)(127 + 3 - exp) << 23)));
+  return sign | (((unsigned)(exp + 6) << 3) + steps);
+}
+
+template <int kIn>
+__device__ __forceinline__ void quantize_fp8(const QuantizeFp8Params& p) {
+  const long long block = static_cast<long long>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (block >= p.blocks) return;  // whole warps: the block index is warp-uniform
+  const int lane = threadIdx.x & 31;
+  const long long row = block / p.k_blocks;
+  const int kb = static_cast<int>(block - row * p.k_blocks);
+  const int col = kb * 128 + 4 * lane;
+  const bool in_k = col < p.k;  // k % 16 == 0: a lane's 4 elements are all in or all out
+  float v[4] = {0.f, 0.f, 0.f, 0.f};
+  const long long index = row * p.k + col;
+  if (in_k) {
+    if (kIn == kF32) {
+      const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(p.input) + index);
+      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    } else {
+      const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(p.input) + index);
+      const unsigned words[2] = {raw.x, raw.y};
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (kIn == kBF16) {
+          v[2 * i] = __uint_as_float(words[i] << 16);
+          v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+        } else {
+          asm("cvt.f32.f16 %0, %1;" : "=f"(v[2 * i]) : "h"(static_cast<unsigned short>(words[i] & 0xffffu)));
+          asm("cvt.f32.f16 %0, %1;" : "=f"(v[2 * i + 1]) : "h"(static_cast<unsigned short>(words[i] >> 16)));
+        }
+      }
+    }
+  }
+  // amax over the finite values (one infinity must not wipe out the block's scale): non-negative
+  // floats order as their bits, so the warp's maximum is one unsigned reduction.
+  unsigned amax_bits = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float a = fabsf(v[i]);
+    if (a <= 3.402823466e38f) amax_bits = max(amax_bits, __float_as_uint(a));  // false for NaN and infinity
+  }
+  asm("redux.sync.max.u32 %0, %0, 0xffffffff;" : "+r"(amax_bits));
+  const float amax = __uint_as_float(amax_bits);
+  const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
+  if (in_k) {
+    unsigned codes = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) codes |= e4m3_code(__fdiv_rn(v[i], scale)) << (8 * i);
+    *reinterpret_cast<unsigned*>(p.output + index) = codes;
+  }
+  if (lane == 0) p.scales[static_cast<long long>(kb) * p.rows + row] = scale;
 }
 
 }  // namespace moejit::routing
