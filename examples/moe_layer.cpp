@@ -21,6 +21,12 @@
 // --weights mxfp4: W1 and W2 quantized by moejit::quantize_mxfp4 and packed by pack_w4_sm90 (the
 // GEMMs then take b_type = mxfp4: the Hopper 4-bit kernel with its fusions on sm_90a); the CPU
 // reference uses the dequantized weights (exact in bf16: 2 significant bits times a power of two).
+// --weights e4m3: FP8 end to end, DeepSeek-V3's recipe: W1 and W2 quantized by moejit::quantize_fp8
+// in 128x128 blocks, and the activations on the GPU by moejit::quantize_activations_fp8 in 1x128
+// blocks (x before GEMM1, h before GEMM2: each GEMM's time below includes its quantization). Where
+// I % 128 == 0 (Qwen3, DeepSeek-V3) gate and up rows are the halves [gate; up] (glu=split, the
+// checkpoint's layout: its block scales cannot be interleaved), else interleaved (gpt-oss). The CPU
+// reference takes the same quantized weights, and quantizes x and its own h the same way.
 // Checked against a CPU reference of the whole layer on sampled tokens: the same bf16 inputs,
 // double accumulation, the intermediate h and the expert outputs rounded to bf16 where the GPU
 // stores them. Routing is checked exactly (ids of every token). Bound: ||out - ref|| / ||ref||
@@ -31,7 +37,7 @@
 // Without a GPU it says so, compiles (prewarms) the kernels it would use for sm_90a, and exits 0.
 //
 //   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all] [--tokens 16,1024,16384]
-//             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4] [--route-only]
+//             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--route-only]
 //             [--gemm1-spec tile=256x128x64,stages=4]
 //   --gemm1-spec: these spec fields replace the heuristic's in the fused GEMM1 (for tuning and
 //   profiling; the plain GEMM1 beside it keeps the heuristic's)
@@ -126,8 +132,11 @@ double activation_of(Activation act, double gate, double up) {
 double round_bf16(double v) { return bf16_to_float(float_to_bf16(static_cast<float>(v))); }
 
 struct Weights {
-  std::vector<std::uint16_t> w1, w2;   // [E, 2I, H] (gate/up rows interleaved), [E, H, I]
+  std::vector<std::uint16_t> w1, w2;   // [E, 2I, H] (gate/up rows interleaved, or halves: split_glu), [E, H, I]
   std::vector<std::uint8_t> q1, q2;    // --weights mxfp4: w1, w2 packed by pack_w4_sm90 (w1, w2 dequantized)
+                                       // --weights e4m3: E4M3 codes of w1, w2 (128x128 blocks)
+  std::vector<float> s1, s2;           // --weights e4m3: block scales [E][N/128][K/128]
+  bool split_glu = false;              // --weights e4m3 with I % 128 == 0
   std::vector<float> b1, b2, bias;     // [E, 2I], [E, H] (gpt-oss), correction bias [E] (DeepSeek-V3)
 };
 
@@ -153,6 +162,46 @@ std::vector<std::uint8_t> to_mxfp4(std::vector<std::uint16_t>& bf16, int experts
   return out;
 }
 
+// FP8 of bf16 weights [E][rows][K] in 128x128 blocks: the codes and the kernel's scales, one expert
+// per task (both are expert-major, so the experts' parts concatenate).
+void to_fp8(const std::vector<std::uint16_t>& bf16, int experts, int rows, int k, std::vector<std::uint8_t>& codes,
+            std::vector<float>& scales) {
+  const std::size_t per_expert = static_cast<std::size_t>(rows) * k;
+  const std::size_t scales_per_expert = static_cast<std::size_t>((rows + 127) / 128) * ((k + 127) / 128);
+  codes.resize(per_expert * experts);
+  scales.resize(scales_per_expert * experts);
+  parallel_for(experts, [&](std::size_t e) {
+    std::vector<float> f(per_expert);
+    for (std::size_t i = 0; i < per_expert; ++i) f[i] = bf16_to_float(bf16[e * per_expert + i]);
+    const Fp8Tensor q = quantize_fp8(f.data(), QuantShape{1, rows, k}, Fp8Scaling::block_128x128);
+    std::copy(q.data.begin(), q.data.end(), codes.begin() + e * per_expert);
+    const std::vector<float> kernel_scales = fp8_kernel_scales_b(q);
+    std::copy(kernel_scales.begin(), kernel_scales.end(), scales.begin() + e * scales_per_expert);
+  });
+}
+
+// The reference's view of the weights: bf16 values, or E4M3 codes times their 128x128 block's scale.
+struct WeightView {
+  const std::vector<std::uint16_t>& bf16;
+  const std::vector<std::uint8_t>* codes;  // null: bf16
+  const std::vector<float>* scales;
+  int rows, k;                              // per expert
+  double at(std::size_t e, std::size_t row, std::size_t col) const {
+    const std::size_t i = (e * rows + row) * k + col;
+    if (!codes) return bf16_to_float(bf16[i]);
+    const std::size_t kb = (k + 127) / 128, nb = (rows + 127) / 128;
+    return (double)e4m3_to_float((*codes)[i]) * (*scales)[(e * nb + row / 128) * kb + col / 128];
+  }
+};
+
+// x quantized and dequantized as the GPU quantizes activations (1x128 blocks).
+std::vector<double> fp8_round_trip(const std::vector<double>& row) {
+  std::vector<float> f(row.begin(), row.end());
+  const Fp8Tensor q = quantize_fp8(f.data(), QuantShape{1, 1, (std::int64_t)f.size()}, Fp8Scaling::block_1x128);
+  const std::vector<float> deq = dequantize(q);
+  return std::vector<double>(deq.begin(), deq.end());
+}
+
 Weights make_weights(const LayerModel& m, DType weights) {
   Weights w;
   const std::size_t E = m.experts, H = m.hidden, I = m.intermediate;
@@ -161,6 +210,11 @@ Weights make_weights(const LayerModel& m, DType weights) {
   if (weights == DType::mxfp4) {
     w.q1 = to_mxfp4(w.w1, m.experts, 2 * m.intermediate, m.hidden);
     w.q2 = to_mxfp4(w.w2, m.experts, m.hidden, m.intermediate);
+  }
+  if (weights == DType::e4m3) {
+    w.split_glu = m.intermediate % 128 == 0;
+    to_fp8(w.w1, m.experts, 2 * m.intermediate, m.hidden, w.q1, w.s1);
+    to_fp8(w.w2, m.experts, m.hidden, m.intermediate, w.q2, w.s2);
   }
   if (m.expert_bias) {
     w.b1 = random_f32(E * 2 * I, 13, 0.1f);
@@ -174,26 +228,29 @@ Weights make_weights(const LayerModel& m, DType weights) {
 std::vector<double> reference_layer(const LayerModel& m, const Weights& w, const std::vector<std::uint16_t>& x,
                                     const reference::Routing& routing, const std::vector<int>& tokens) {
   const int H = m.hidden, I = m.intermediate, K = m.top_k;
+  const bool fp8 = !w.s1.empty();
+  const WeightView w1{w.w1, fp8 ? &w.q1 : nullptr, &w.s1, 2 * I, H}, w2{w.w2, fp8 ? &w.q2 : nullptr, &w.s2, H, I};
   std::vector<double> out(tokens.size() * H, 0.0);
   parallel_for(tokens.size(), [&](std::size_t s) {
     const int t = tokens[s];
     std::vector<double> xt(H), h(I);
     for (int q = 0; q < H; ++q) xt[q] = bf16_to_float(x[(std::size_t)t * H + q]);
+    if (fp8) xt = fp8_round_trip(xt);
     for (int j = 0; j < K; ++j) {
       const int e = routing.topk_ids[(std::size_t)t * K + j];
       const double weight = routing.topk_weights[(std::size_t)t * K + j];
       for (int i = 0; i < I; ++i) {
         double gate = 0, up = 0;
-        const std::uint16_t* g = &w.w1[((std::size_t)e * 2 * I + 2 * i) * H];
-        const std::uint16_t* u = g + H;
-        for (int q = 0; q < H; ++q) gate += xt[q] * bf16_to_float(g[q]), up += xt[q] * bf16_to_float(u[q]);
-        if (!w.b1.empty()) gate += w.b1[(std::size_t)e * 2 * I + 2 * i], up += w.b1[(std::size_t)e * 2 * I + 2 * i + 1];
+        // Gate and up rows: interleaved (2i, 2i + 1), or halves (i, I + i) with split_glu.
+        const int gate_row = w.split_glu ? i : 2 * i, up_row = w.split_glu ? I + i : 2 * i + 1;
+        for (int q = 0; q < H; ++q) gate += xt[q] * w1.at(e, gate_row, q), up += xt[q] * w1.at(e, up_row, q);
+        if (!w.b1.empty()) gate += w.b1[(std::size_t)e * 2 * I + gate_row], up += w.b1[(std::size_t)e * 2 * I + up_row];
         h[i] = round_bf16(activation_of(m.activation, gate, up));
       }
+      if (fp8) h = fp8_round_trip(h);
       for (int c = 0; c < H; ++c) {
         double y = 0;
-        const std::uint16_t* row = &w.w2[((std::size_t)e * H + c) * I];
-        for (int i = 0; i < I; ++i) y += h[i] * bf16_to_float(row[i]);
+        for (int i = 0; i < I; ++i) y += h[i] * w2.at(e, c, i);
         if (!w.b2.empty()) y += w.b2[(std::size_t)e * H + c];
         out[s * H + c] += round_bf16(y * weight);
       }
@@ -223,7 +280,8 @@ struct LayerGemms {
 
 LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoad gather_by) {
   LayerGemms g;
-  if (weights != DType::bf16) g.up.b_type = g.down.b_type = weights;
+  if (weights == DType::e4m3) g.up.ab_type = g.down.ab_type = DType::e4m3;  // FP8 A and B, bf16 C
+  else if (weights != DType::bf16) g.up.b_type = g.down.b_type = weights;
   const int rows = tokens * m.top_k;
   g.up.num_groups = g.down.num_groups = m.experts;
   g.up.n = 2 * m.intermediate;
@@ -237,6 +295,7 @@ LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoa
   g.up_fusion.gather_by = gather_by;  // --gather-by (Hopper; the heuristic keeps it, the portable family ignores it)
   g.up_fusion.bias = m.expert_bias;
   g.up_fusion.activation = m.activation;  // GLU on interleaved gate/up columns (the default)
+  if (weights == DType::e4m3 && m.intermediate % 128 == 0) g.up_fusion.glu = GluLayout::split;  // make_weights
   g.down_fusion.scatter_c = true;
   g.down_fusion.routing_weight = true;
   g.down_fusion.bias = m.expert_bias;
@@ -308,6 +367,11 @@ int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>
     RoutingSpec combine_spec = RoutingSpec::for_combine(combine_shape(*m, 1), rt->arch());
     auto c = compile_routing(*rt, combine_spec, &outcome);
     report("combine", combine_spec.to_text(), outcome, c->compile_ms);
+    if (weights == DType::e4m3) {
+      RoutingSpec quantize_spec = RoutingSpec::for_quantize_fp8(QuantizeFp8Args{}, rt->arch());
+      auto q = compile_routing(*rt, quantize_spec, &outcome);
+      report("quantize", quantize_spec.to_text(), outcome, q->compile_ms);
+    }
     for (int tokens : token_counts) {
       // Group sizes from the CPU routing of the same logits pick the tiles.
       RoutingArgs shape = routing_shape(*m, tokens);
@@ -364,6 +428,14 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   ra.workspace_bytes = routing_workspace_bytes(ra);
   ra.workspace = device_alloc(ra.workspace_bytes);
   void* d_h = device_alloc(rows * I * 2);    // GEMM1 output [rows, I]
+  // --weights e4m3: x and h quantized on the GPU (1x128 blocks) before their GEMMs.
+  const bool fp8 = weights == DType::e4m3;
+  void* d_xq = fp8 ? device_alloc((std::size_t)tokens * H) : nullptr;
+  float* d_xs = fp8 ? static_cast<float*>(device_alloc((std::size_t)tokens * ((H + 127) / 128) * 4)) : nullptr;
+  void* d_hq = fp8 ? device_alloc(rows * I) : nullptr;
+  float* d_hs = fp8 ? static_cast<float*>(device_alloc(rows * ((I + 127) / 128) * 4)) : nullptr;
+  float* d_w1s = fp8 ? device_copy(w.s1) : nullptr;
+  float* d_w2s = fp8 ? device_copy(w.s2) : nullptr;
   void* d_y = device_alloc(rows * H * 2);    // GEMM2 output [tokens, top_k, H]
   void* d_out = device_alloc((std::size_t)tokens * H * 2);
 
@@ -374,13 +446,17 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   check_cuda(cudaMemcpy(offsets.data(), ra.group_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost), "offsets");
 
   LayerGemms g = layer_gemms(m, tokens, weights, gather_by);
-  g.up.a = d_x;
+  g.up.a = fp8 ? d_xq : d_x;
+  g.up.a_scales = d_xs;
+  g.up.b_scales = d_w1s;
+  g.down.a_scales = d_hs;
+  g.down.b_scales = d_w2s;
   g.up.b = d_w1;
   g.up.c = d_h;
   g.up.group_offsets = ra.group_offsets;
   g.up.gather_rows = ra.gather_rows;
   g.up.bias = d_b1;
-  g.down.a = d_h;
+  g.down.a = fp8 ? d_hq : d_h;
   g.down.b = d_w2;
   g.down.c = d_y;
   g.down.group_offsets = ra.group_offsets;
@@ -402,11 +478,23 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   CombineArgs ca = combine_shape(m, tokens);
   ca.input = d_y;
   ca.output = d_out;
+  QuantizeFp8Args qx, qh;
+  qx.input = d_x, qx.rows = tokens, qx.k = H, qx.output = d_xq, qx.scales = d_xs;
+  qh.input = d_h, qh.rows = rows, qh.k = I, qh.output = d_hq, qh.scales = d_hs;
+  // Each GEMM with its activations' quantization (--weights e4m3).
+  auto gemm1 = [&](Stream s) {
+    if (fp8) quantize_activations_fp8(rt, qx, s);
+    k1.launch(g.up, s);
+  };
+  auto gemm2 = [&](Stream s) {
+    if (fp8) quantize_activations_fp8(rt, qh, s);
+    k2.launch(g.down, s);
+  };
 
   auto layer = [&] {
     route(rt, ra, nullptr);
-    k1.launch(g.up, nullptr);
-    k2.launch(g.down, nullptr);
+    gemm1(nullptr);
+    gemm2(nullptr);
     combine(rt, ca, nullptr);
   };
 
@@ -455,6 +543,16 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   plain1.fusion = Fusion{};
   plain2.fusion = Fusion{};
   plain1.a = d_a_plain, plain1.c = d_c_plain, plain1.gather_rows = nullptr, plain1.num_tokens = 0, plain1.bias = nullptr;
+  void* d_a_plain_q = nullptr;
+  float* d_a_plain_s = nullptr;
+  if (fp8) {  // the plain GEMM1's A in routed order, quantized as the fused one's (scales [H/128][rows])
+    d_a_plain_q = device_alloc(rows * H);
+    d_a_plain_s = static_cast<float*>(device_alloc(rows * ((H + 127) / 128) * 4));
+    QuantizeFp8Args qa = qx;
+    qa.input = d_a_plain, qa.rows = rows, qa.output = d_a_plain_q, qa.scales = d_a_plain_s;
+    quantize_activations_fp8(rt, qa, nullptr);
+    plain1.a = d_a_plain_q, plain1.a_scales = d_a_plain_s;
+  }
   plain2.c = d_y, plain2.scatter_rows = nullptr, plain2.num_out_rows = 0, plain2.routing_weights = nullptr, plain2.bias = nullptr;
   plain1.host_groups = plain2.host_groups = offsets;
   Kernel p1 = rt.kernel(rt.choose_spec(plain1));
@@ -470,9 +568,9 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
     cudaEventRecord(ev[0]);
     route(rt, ra, nullptr);
     cudaEventRecord(ev[1]);
-    k1.launch(g.up, nullptr);
+    gemm1(nullptr);
     cudaEventRecord(ev[2]);
-    k2.launch(g.down, nullptr);
+    gemm2(nullptr);
     cudaEventRecord(ev[3]);
     combine(rt, ca, nullptr);
     cudaEventRecord(ev[4]);
@@ -509,8 +607,8 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
     const Stream s = reinterpret_cast<Stream>(cap);
     auto layer_on_cap = [&] {
       route(rt, ra, s);
-      k1.launch(g.up, s);
-      k2.launch(g.down, s);
+      gemm1(s);
+      gemm2(s);
       combine(rt, ca, s);
     };
     layer_on_cap();
@@ -568,7 +666,8 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   for (auto& e : ev) cudaEventDestroy(e);
   for (void* p : {(void*)d_logits, (void*)d_x, (void*)ra.topk_ids, (void*)ra.topk_weights, (void*)ra.group_offsets,
                   (void*)ra.gather_rows, (void*)ra.scatter_rows, (void*)ra.routing_weights, ra.workspace, d_h, d_y, d_out,
-                  d_a_plain, d_c_plain})
+                  d_a_plain, d_c_plain, d_xq, (void*)d_xs, d_hq, (void*)d_hs, (void*)d_w1s, (void*)d_w2s, d_a_plain_q,
+                  (void*)d_a_plain_s})
     cudaFree(p);
   return ok;
 }
@@ -645,6 +744,7 @@ int main(int argc, char** argv) {
     else if (flag == "--reps") reps = std::atoi(value);
     else if (flag == "--weights" && std::string(value) == "bf16") weights = DType::bf16;
     else if (flag == "--weights" && std::string(value) == "mxfp4") weights = DType::mxfp4;
+    else if (flag == "--weights" && std::string(value) == "e4m3") weights = DType::e4m3;
     else if (flag == "--gather-by" && std::string(value) == "cp_async") gather_by = GatherLoad::cp_async;
     else if (flag == "--gather-by" && std::string(value) == "tma") gather_by = GatherLoad::tma;
     else if (flag == "--gemm1-spec") gemm1_overrides = value;
@@ -663,7 +763,7 @@ int main(int argc, char** argv) {
   if (models_bad || models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
     fmt::print(stderr,
                "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all (comma-separated)] [--tokens 16,1024,16384] "
-               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4] [--gather-by cp_async|tma] [--route-only] "
+               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--gather-by cp_async|tma] [--route-only] "
                "[--gemm1-spec FIELDS]\n",
                argv[0]);
     return 2;
@@ -685,8 +785,8 @@ int main(int argc, char** argv) {
   }
   for (const LayerModel* m : models) {
     Weights w = make_weights(*m, weights);
-    void* d_w1 = weights == DType::mxfp4 ? (void*)device_copy(w.q1) : (void*)device_copy(w.w1);
-    void* d_w2 = weights == DType::mxfp4 ? (void*)device_copy(w.q2) : (void*)device_copy(w.w2);
+    void* d_w1 = weights != DType::bf16 ? (void*)device_copy(w.q1) : (void*)device_copy(w.w1);
+    void* d_w2 = weights != DType::bf16 ? (void*)device_copy(w.q2) : (void*)device_copy(w.w2);
     float* d_b1 = m->expert_bias ? device_copy(w.b1) : nullptr;
     float* d_b2 = m->expert_bias ? device_copy(w.b2) : nullptr;
     float* d_bias = m->correction_bias ? device_copy(w.bias) : nullptr;
