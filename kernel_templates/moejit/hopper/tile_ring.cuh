@@ -59,6 +59,13 @@ struct TileRing {
   // (total + gridDim.x - 1) resets the counter for the next launch (no memset between launches).
   __device__ __forceinline__ static void finish(int* counter, int tile, int total) { release_tile_counter(counter, tile, total); }
 
+  // A producer warpgroup that walks the tiles in all its warps (fuse=gather: every warp copies
+  // rows): warp 0 takes the number from the counter and publishes it, warps 1-3 read it from the
+  // ring like consumer warps (init counts them).
+  __device__ __forceinline__ int publish_or_take(int* counter) {
+    return threadIdx.x < 32 ? publish_warp(counter) : take((int)threadIdx.x % 32);
+  }
+
   // A reading warp (all lanes): the next tile number.
   __device__ __forceinline__ int take(int lane) {
     int tile = 0;

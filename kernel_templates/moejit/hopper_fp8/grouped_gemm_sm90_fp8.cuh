@@ -201,14 +201,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
-        int tile_index = (int)(blockIdx.x + tile_iter * gridDim.x);
-        if constexpr (kDynamic) {
-          if (threadIdx.x < 32) {
-            tile_index = ring.publish_warp(p.tile_counter);
-          } else {
-            tile_index = ring.take((int)threadIdx.x % 32);
-          }
-        }
+        const int tile_index = kDynamic ? ring.publish_or_take(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
         if (!cursor.seek_warp(p, tile_index, tile)) {
           if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
           break;

@@ -640,14 +640,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
-        int tile_index = static_tile(tile_iter);
-        if constexpr (kDynamic) {
-          if (threadIdx.x < 32) {
-            tile_index = ring.publish_warp(p.tile_counter);
-          } else {
-            tile_index = ring.take((int)threadIdx.x % 32);
-          }
-        }
+        const int tile_index = kDynamic ? ring.publish_or_take(p.tile_counter) : static_tile(tile_iter);
         if (!cursor.seek_warp(p, tile_index, tile)) {
           if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
           break;

@@ -419,6 +419,18 @@ __device__ __forceinline__ void fused(const RoutingParams& p) {
 
 // ---- combine-reduce: 8 elements (16 bytes of bf16/f16) per thread --------------------------------
 
+// The two 16-bit values of a word (the low half first) as floats.
+template <int kType>
+__device__ __forceinline__ void widen_pair(unsigned word, float& lo, float& hi) {
+  if (kType == kBF16) {
+    lo = __uint_as_float(word << 16);
+    hi = __uint_as_float(word & 0xffff0000u);
+  } else {
+    asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"(static_cast<unsigned short>(word & 0xffffu)));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"(static_cast<unsigned short>(word >> 16)));
+  }
+}
+
 template <int kType>
 __device__ __forceinline__ void load8(const void* base, long long index, float (&v)[8]) {
   if (kType == kF32) {
@@ -429,15 +441,7 @@ __device__ __forceinline__ void load8(const void* base, long long index, float (
     const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(base) + index);
     const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (kType == kBF16) {
-        v[2 * i] = __uint_as_float(words[i] << 16);
-        v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-      } else {
-        asm("cvt.f32.f16 %0, %1;" : "=f"(v[2 * i]) : "h"(static_cast<unsigned short>(words[i] & 0xffffu)));
-        asm("cvt.f32.f16 %0, %1;" : "=f"(v[2 * i + 1]) : "h"(static_cast<unsigned short>(words[i] >> 16)));
-      }
-    }
+    for (int i = 0; i < 4; ++i) widen_pair<kType>(words[i], v[2 * i], v[2 * i + 1]);
   }
 }
 
@@ -516,17 +520,8 @@ __device__ __forceinline__ void quantize_fp8(const QuantizeFp8Params& p) {
       v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
     } else {
       const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(p.input) + index);
-      const unsigned words[2] = {raw.x, raw.y};
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        if (kIn == kBF16) {
-          v[2 * i] = __uint_as_float(words[i] << 16);
-          v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-        } else {
-          asm("cvt.f32.f16 %0, %1;" : "=f"(v[2 * i]) : "h"(static_cast<unsigned short>(words[i] & 0xffffu)));
-          asm("cvt.f32.f16 %0, %1;" : "=f"(v[2 * i + 1]) : "h"(static_cast<unsigned short>(words[i] >> 16)));
-        }
-      }
+      widen_pair<kIn>(raw.x, v[0], v[1]);
+      widen_pair<kIn>(raw.y, v[2], v[3]);
     }
   }
   // amax over the finite values (one infinity must not wipe out the block's scale): non-negative
