@@ -122,7 +122,7 @@ void validate_quantize_fp8(const QuantizeFp8Args& a) {
   if (a.rows < 0) bad(call, "rows={} (expected >= 0)", a.rows);
   if (a.k < 16 || a.k % 16)
     bad(call, "k={} (expected a positive multiple of 16, as the FP8 grouped GEMM's K)", a.k);
-  if (a.rows * ((a.k + 127LL) / 128) > (long long)UINT32_MAX * (kThreads / 32))
+  if (a.rows * ((a.k + 127LL) / 128) > (long long)INT32_MAX * (kThreads / 32))  // grid x is at most 2^31 - 1
     bad(call, "rows={} × k={}: more 128-wide blocks than one launch's grid holds", a.rows, a.k);
 }
 
