@@ -139,6 +139,12 @@ Expected what_the_layer_requests(const ModelPreset& p, const Arch& arch, int sms
               ++e.unavailable;  // the runtime cannot launch it either
             }
           }
+  // An FP8 layer quantizes x and h (bf16) on the GPU before its GEMMs (examples/moe_layer --weights e4m3).
+  if (std::find(p.dtypes.begin(), p.dtypes.end(), DType::e4m3) != p.dtypes.end()) {
+    QuantizeFp8Args q;
+    q.input_type = DType::bf16;
+    add(e.routing, RoutingSpec::for_quantize_fp8(q, arch));
+  }
   if (p.routing)
     for (DType logits : p.logits)
       for (int tokens : p.tokens) {

@@ -68,8 +68,9 @@ Compiles, in parallel, every kernel the runtime will request:
   --model NAME   a preset from cache/presets (NAME.preset) or a path to a .preset file;
                  the runtime's heuristic (Runtime::choose_spec) is run for each layer GEMM,
                  token count, dtype and layout, with the layer's fusions (up_fusion=,
-                 down_fusion=) and/or plain; plus the route kernel of routing= and the
-                 combine kernel of a scattering down GEMM. Keys: cache/README.md, "Presets".
+                 down_fusion=) and/or plain; plus the route kernel of routing=, the
+                 combine kernel of a scattering down GEMM, and the FP8 activation quantizer
+                 where dtypes= has e4m3. Keys: cache/README.md, "Presets".
   --file FILE    one spec per line ('#' starts a comment)
   --arch         target (default sm_90a); --sms: SM count the heuristic assumes (default 132)
   --jobs         compile threads (default: the number of cores)

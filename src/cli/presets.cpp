@@ -255,6 +255,13 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
       if (std::find(plan.routing.begin(), plan.routing.end(), spec) == plan.routing.end()) plan.routing.push_back(spec);
     }
   }
+  // FP8 layers quantize their activations (x before GEMM1, the bf16 GLU output before GEMM2) on the
+  // GPU: quantize_activations_fp8 from bf16.
+  if (std::find(p.dtypes.begin(), p.dtypes.end(), DType::e4m3) != p.dtypes.end()) {
+    RoutingSpec spec = RoutingSpec::for_quantize_fp8(QuantizeFp8Args{}, arch);
+    spec.validate();
+    if (std::find(plan.routing.begin(), plan.routing.end(), spec) == plan.routing.end()) plan.routing.push_back(spec);
+  }
   // The scattered [tokens, top_k, N] rows of the down GEMM, summed per token into its C type.
   for (DType in : combine_inputs) {
     CombineArgs c;
