@@ -27,6 +27,9 @@
 // I % 128 == 0 (Qwen3, DeepSeek-V3) gate and up rows are the halves [gate; up] (glu=split, the
 // checkpoint's layout: its block scales cannot be interleaved), else interleaved (gpt-oss). The CPU
 // reference takes the same quantized weights, and quantizes x and its own h the same way.
+// GEMM1's rows: by default the quantizer permutes x as it quantizes it (gather_rows: A in routed
+// order, a plain GEMM1 with the dynamic scheduler); --fp8-gather gemm quantizes x in token order
+// and gathers in GEMM1 (fuse=gather, the static scheduler from 256 rows per expert: docs/perf.md v27).
 // Checked against a CPU reference of the whole layer on sampled tokens: the same bf16 inputs,
 // double accumulation, the intermediate h and the expert outputs rounded to bf16 where the GPU
 // stores them. Routing is checked exactly (ids of every token). Bound: ||out - ref|| / ||ref||
@@ -37,7 +40,7 @@
 // Without a GPU it says so, compiles (prewarms) the kernels it would use for sm_90a, and exits 0.
 //
 //   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all] [--tokens 16,1024,16384]
-//             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--route-only]
+//             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--fp8-gather quantize|gemm] [--route-only]
 //             [--gemm1-spec tile=256x128x64,stages=4]
 //   --gemm1-spec: these spec fields replace the heuristic's in the fused GEMM1 (for tuning and
 //   profiling; the plain GEMM1 beside it keeps the heuristic's)
@@ -278,7 +281,10 @@ struct LayerGemms {
   Fusion up_fusion, down_fusion;
 };
 
-LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoad gather_by) {
+// Where an FP8 layer gathers x's rows for GEMM1 (--fp8-gather).
+enum class Fp8Gather { quantize, gemm };
+
+LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoad gather_by, Fp8Gather fp8_gather) {
   LayerGemms g;
   if (weights == DType::e4m3) g.up.ab_type = g.down.ab_type = DType::e4m3;  // FP8 A and B, bf16 C
   else if (weights != DType::bf16) g.up.b_type = g.down.b_type = weights;
@@ -291,7 +297,9 @@ LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoa
   g.up.total_rows = g.down.total_rows = rows;
   g.up.num_tokens = tokens;
   g.down.num_out_rows = rows;
-  g.up_fusion.gather_a = true;
+  // FP8: A comes permuted from the quantizer, unless GEMM1 gathers (--fp8-gather gemm).
+  g.up_fusion.gather_a = weights != DType::e4m3 || fp8_gather == Fp8Gather::gemm;
+  if (!g.up_fusion.gather_a) g.up.num_tokens = 0;
   g.up_fusion.gather_by = gather_by;  // --gather-by (Hopper; the heuristic keeps it, the portable family ignores it)
   g.up_fusion.bias = m.expert_bias;
   g.up_fusion.activation = m.activation;  // GLU on interleaved gate/up columns (the default)
@@ -349,7 +357,7 @@ std::vector<float> random_logits(const LayerModel& m, int tokens) {
 
 // No GPU: compile what the layer would use, for sm_90a.
 int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>& token_counts, DType weights,
-            GatherLoad gather_by) {
+            GatherLoad gather_by, Fp8Gather fp8_gather) {
   fmt::print("no GPU here: prewarming the kernels the layer would use (sm_90a) instead\n");
   auto rt = Runtime::offline(Arch{9, 0, true});
   int compiled = 0, unavailable = 0;
@@ -377,7 +385,7 @@ int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>
       RoutingArgs shape = routing_shape(*m, tokens);
       auto routing = reference::route(shape, random_logits(*m, tokens),
                                       m->correction_bias ? std::vector<float>(m->experts, 0.f) : std::vector<float>{});
-      LayerGemms g = layer_gemms(*m, tokens, weights, gather_by);
+      LayerGemms g = layer_gemms(*m, tokens, weights, gather_by, fp8_gather);
       g.up.host_groups = routing.group_offsets;
       g.down.host_groups = routing.group_offsets;
       for (auto [what, args, fusion] : {std::tuple{"gemm1", &g.up, &g.up_fusion}, std::tuple{"gemm2", &g.down, &g.down_fusion}}) {
@@ -406,7 +414,7 @@ float median(std::vector<float> v) {
   return v.empty() ? 0.f : v[v.size() / 2];
 }
 
-bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights, GatherLoad gather_by,
+bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights, GatherLoad gather_by, Fp8Gather fp8_gather,
                const void* d_w1, const void* d_w2, const float* d_b1, const float* d_b2, const float* d_bias, int tokens,
                int check_tokens, int reps, const std::string& gemm1_overrides) {
   const int E = m.experts, K = m.top_k, H = m.hidden, I = m.intermediate;
@@ -430,8 +438,9 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   void* d_h = device_alloc(rows * I * 2);    // GEMM1 output [rows, I]
   // --weights e4m3: x and h quantized on the GPU (1x128 blocks) before their GEMMs.
   const bool fp8 = weights == DType::e4m3;
-  void* d_xq = fp8 ? device_alloc((std::size_t)tokens * H) : nullptr;
-  float* d_xs = fp8 ? static_cast<float*>(device_alloc((std::size_t)tokens * ((H + 127) / 128) * 4)) : nullptr;
+  const long long x_rows = fp8 && fp8_gather == Fp8Gather::quantize ? rows : tokens;  // quantized x: routed or token order
+  void* d_xq = fp8 ? device_alloc((std::size_t)x_rows * H) : nullptr;
+  float* d_xs = fp8 ? static_cast<float*>(device_alloc((std::size_t)x_rows * ((H + 127) / 128) * 4)) : nullptr;
   void* d_hq = fp8 ? device_alloc(rows * I) : nullptr;
   float* d_hs = fp8 ? static_cast<float*>(device_alloc(rows * ((I + 127) / 128) * 4)) : nullptr;
   float* d_w1s = fp8 ? device_copy(w.s1) : nullptr;
@@ -445,7 +454,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   std::vector<int> offsets(E + 1);
   check_cuda(cudaMemcpy(offsets.data(), ra.group_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost), "offsets");
 
-  LayerGemms g = layer_gemms(m, tokens, weights, gather_by);
+  LayerGemms g = layer_gemms(m, tokens, weights, gather_by, fp8_gather);
   g.up.a = fp8 ? d_xq : d_x;
   g.up.a_scales = d_xs;
   g.up.b_scales = d_w1s;
@@ -454,7 +463,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   g.up.b = d_w1;
   g.up.c = d_h;
   g.up.group_offsets = ra.group_offsets;
-  g.up.gather_rows = ra.gather_rows;
+  g.up.gather_rows = g.up_fusion.gather_a ? ra.gather_rows : nullptr;
   g.up.bias = d_b1;
   g.down.a = fp8 ? d_hq : d_h;
   g.down.b = d_w2;
@@ -480,6 +489,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   ca.output = d_out;
   QuantizeFp8Args qx, qh;
   qx.input = d_x, qx.rows = tokens, qx.k = H, qx.output = d_xq, qx.scales = d_xs;
+  if (fp8 && fp8_gather == Fp8Gather::quantize) qx.rows = rows, qx.gather_rows = ra.gather_rows, qx.num_tokens = tokens;  // permuted as quantized
   qh.input = d_h, qh.rows = rows, qh.k = I, qh.output = d_hq, qh.scales = d_hs;
   // Each GEMM with its activations' quantization (--weights e4m3).
   auto gemm1 = [&](Stream s) {
@@ -550,6 +560,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
     d_a_plain_s = static_cast<float*>(device_alloc(rows * ((H + 127) / 128) * 4));
     QuantizeFp8Args qa = qx;
     qa.input = d_a_plain, qa.rows = rows, qa.output = d_a_plain_q, qa.scales = d_a_plain_s;
+    qa.gather_rows = nullptr, qa.num_tokens = 0;
     quantize_activations_fp8(rt, qa, nullptr);
     plain1.a = d_a_plain_q, plain1.a_scales = d_a_plain_s;
   }
@@ -730,6 +741,7 @@ int main(int argc, char** argv) {
   bool route_only = false, models_bad = false;
   DType weights = DType::bf16;
   GatherLoad gather_by = GatherLoad::cp_async;
+  Fp8Gather fp8_gather = Fp8Gather::quantize;
   std::string gemm1_overrides;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -747,6 +759,8 @@ int main(int argc, char** argv) {
     else if (flag == "--weights" && std::string(value) == "e4m3") weights = DType::e4m3;
     else if (flag == "--gather-by" && std::string(value) == "cp_async") gather_by = GatherLoad::cp_async;
     else if (flag == "--gather-by" && std::string(value) == "tma") gather_by = GatherLoad::tma;
+    else if (flag == "--fp8-gather" && std::string(value) == "quantize") fp8_gather = Fp8Gather::quantize;
+    else if (flag == "--fp8-gather" && std::string(value) == "gemm") fp8_gather = Fp8Gather::gemm;
     else if (flag == "--gemm1-spec") gemm1_overrides = value;
     else models_bad = true;
   }
@@ -763,14 +777,14 @@ int main(int argc, char** argv) {
   if (models_bad || models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
     fmt::print(stderr,
                "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all (comma-separated)] [--tokens 16,1024,16384] "
-               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--gather-by cp_async|tma] [--route-only] "
-               "[--gemm1-spec FIELDS]\n",
+               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--gather-by cp_async|tma] "
+               "[--fp8-gather quantize|gemm] [--route-only] [--gemm1-spec FIELDS]\n",
                argv[0]);
     return 2;
   }
 
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return prewarm(models, token_counts, weights, gather_by);
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return prewarm(models, token_counts, weights, gather_by, fp8_gather);
 
   Runtime rt;
   fmt::print(stderr, "device: {} ({}, {} SMs); weights {}\n", rt.device_name(), rt.arch().to_text(), rt.sm_count(),
@@ -792,7 +806,7 @@ int main(int argc, char** argv) {
     float* d_bias = m->correction_bias ? device_copy(w.bias) : nullptr;
     for (int tokens : token_counts) {
       try {
-        all_ok &= run_layer(rt, *m, w, weights, gather_by, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps,
+        all_ok &= run_layer(rt, *m, w, weights, gather_by, fp8_gather, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps,
                             gemm1_overrides);
       } catch (const SpecError& e) {
         fmt::print(stderr, "{} tokens {}: the fused GEMMs are not available in this build: {}\n", m->name, tokens, e.what());

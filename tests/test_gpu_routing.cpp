@@ -348,3 +348,60 @@ TEST_CASE("quantize_activations_fp8 matches the host quantizer bit for bit", "[g
       CHECK(scale_mismatches == 0);
     }
 }
+
+// The same with gather_rows (x in token order -> GEMM1's A in routed order): output row r is the
+// host quantizer's row gather_rows[r] of the input, and an index outside [0, num_tokens) (-1, a
+// padding row, or num_tokens) is an all-zero row: codes 0, scale 1. Rows repeat (top-k) and
+// come in any order.
+TEST_CASE("quantize_activations_fp8 with gather_rows permutes as it quantizes", "[gpu][routing][fp8]") {
+  runtime();
+  for (DType in : {DType::bf16, DType::f32})
+    for (auto [tokens, rows, k] : {std::tuple{1, 3, 128}, std::tuple{37, 300, 2048}, std::tuple{300, 97, 7168}}) {
+      INFO(fmt::format("{}: tokens {} rows {} k {}", to_text(in), tokens, rows, k));
+      std::mt19937 rng(tokens * 7 + rows + k);
+      std::normal_distribution<float> normal;
+      const std::size_t count = (std::size_t)tokens * k;
+      std::vector<float> values(count);
+      for (auto& v : values) v = normal(rng) * 3.f;
+      std::vector<std::uint16_t> bits(count);
+      if (in != DType::f32)
+        for (std::size_t i = 0; i < count; ++i) values[i] = from_half_bits(in, bits[i] = to_half_bits(in, values[i]));
+      std::vector<int> gather(rows);
+      std::uniform_int_distribution<int> token(0, tokens - 1);
+      for (int r = 0; r < rows; ++r) gather[r] = r % 13 == 4 ? -1 : r % 17 == 9 ? tokens : token(rng);
+      std::vector<float> gathered((std::size_t)rows * k, 0.f);
+      for (int r = 0; r < rows; ++r)
+        if (gather[r] >= 0 && gather[r] < tokens)
+          std::copy_n(values.begin() + (std::size_t)gather[r] * k, k, gathered.begin() + (std::size_t)r * k);
+      DeviceBuffer d_in(count * element_bytes(in) + 16), d_gather((std::size_t)rows * 4);
+      d_in.upload(in == DType::f32 ? (const void*)values.data() : (const void*)bits.data(), count * element_bytes(in));
+      d_gather.upload(gather.data(), (std::size_t)rows * 4);
+      const int k_blocks = (k + 127) / 128;
+      const std::size_t out_count = (std::size_t)rows * k;
+      DeviceBuffer d_codes(out_count + 16), d_scales((std::size_t)k_blocks * rows * 4 + 16);
+      MOEJIT_CU(driver().cuMemsetD8(d_codes.ptr(), 0xff, d_codes.bytes()));
+      MOEJIT_CU(driver().cuMemsetD8(d_scales.ptr(), 0xff, d_scales.bytes()));
+      QuantizeFp8Args q;
+      q.input = d_in.get();
+      q.input_type = in;
+      q.rows = rows;
+      q.k = k;
+      q.output = d_codes.get();
+      q.scales = static_cast<float*>(d_scales.get());
+      q.gather_rows = static_cast<const int*>(d_gather.get());
+      q.num_tokens = tokens;
+      quantize_activations_fp8(runtime(), q, nullptr);
+      MOEJIT_CU(driver().cuCtxSynchronize());
+      Fp8Tensor ref = quantize_fp8(gathered.data(), QuantShape{1, rows, k}, Fp8Scaling::block_1x128);
+      std::vector<float> ref_scales = fp8_kernel_scales_a(ref);
+      std::vector<std::uint8_t> codes(out_count);
+      std::vector<float> scales((std::size_t)k_blocks * rows);
+      d_codes.download(codes.data(), out_count);
+      d_scales.download(scales.data(), scales.size() * 4);
+      std::size_t code_mismatches = 0, scale_mismatches = 0;
+      for (std::size_t i = 0; i < out_count; ++i) code_mismatches += codes[i] != ref.data[i];
+      for (std::size_t i = 0; i < scales.size(); ++i) scale_mismatches += std::memcmp(&scales[i], &ref_scales[i], 4) != 0;
+      CHECK(code_mismatches == 0);
+      CHECK(scale_mismatches == 0);
+    }
+}

@@ -220,6 +220,10 @@ TEST_CASE("quantize_activations_fp8: spec text and argument checks", "[routing][
   expect("rows=-1", [](QuantizeFp8Args& a) { a.rows = -1; });
   expect("k=24", [](QuantizeFp8Args& a) { a.k = 24; });
   expect("k=0", [](QuantizeFp8Args& a) { a.k = 0; });
+  expect("gather_rows", [](QuantizeFp8Args& a) { a.gather_rows = reinterpret_cast<const int*>(buffer + 3073); });
+  expect("num_tokens=-1", [](QuantizeFp8Args& a) { a.gather_rows = reinterpret_cast<const int*>(buffer + 3072), a.num_tokens = -1; });
+  expect("num_tokens=5 without gather_rows", [](QuantizeFp8Args& a) { a.num_tokens = 5; });
+  expect("valid", [](QuantizeFp8Args& a) { a.gather_rows = reinterpret_cast<const int*>(buffer + 3072), a.num_tokens = 5; });
 }
 
 TEST_CASE("routing codegen renders both instantiations", "[routing]") {

@@ -15,7 +15,9 @@
 //                              each row (DeepSeek-V3's 1x128 activations), scales [k/128][rows]:
 //                              the FP8 grouped GEMM's A and a_scales (x before a gathered GEMM1,
 //                              the GLU output before GEMM2). Bit for bit moejit::quantize_fp8 with
-//                              Fp8Scaling::block_1x128 and fp8_kernel_scales_a.
+//                              Fp8Scaling::block_1x128 and fp8_kernel_scales_a. With gather_rows
+//                              it permutes as it quantizes: x in token order -> GEMM1's A in routed
+//                              order, for a plain (not fuse=gather) FP8 GEMM1 (docs/design.md).
 //
 // reference::route / reference::combine are the CPU definitions the kernels are tested against.
 #pragma once
@@ -104,6 +106,11 @@ struct QuantizeFp8Args {
   int k = 0;                       // a positive multiple of 16 (the FP8 GEMM's K)
   void* output = nullptr;          // [rows, k] E4M3 codes, 16-byte aligned
   float* scales = nullptr;         // [ceil(k / 128)][rows], 4-byte aligned
+  // Optional: output row r quantizes input row gather_rows[r] (route()'s gather_rows: x in token
+  // order -> A of a plain FP8 GEMM1 in routed order). input then holds num_tokens rows; an index
+  // outside [0, num_tokens) (a padding row) gives zero codes and scale 1, as an all-zero row.
+  const int* gather_rows = nullptr;  // [rows], 4-byte aligned
+  int num_tokens = 0;
 };
 
 // What decides a routing kernel binary; canonical text "routing:op=...", content-keyed like a

@@ -51,6 +51,8 @@ struct QuantizeFp8Params {
   const void* input;       // [rows, k], bf16, f16 or f32
   unsigned char* output;   // [rows, k] E4M3 codes
   float* scales;           // [ceil(k / 128)][rows]
+  const int* gather_rows;  // null, or [rows]: output row r reads input row gather_rows[r]
+  long long num_tokens;    // input rows when gathering (an index outside [0, num_tokens): a zero row)
   long long rows;
   long long blocks;        // rows * ceil(k / 128): one warp each
   int k;                   // a multiple of 16

@@ -124,6 +124,12 @@ void validate_quantize_fp8(const QuantizeFp8Args& a) {
     bad(call, "k={} (expected a positive multiple of 16, as the FP8 grouped GEMM's K)", a.k);
   if (a.rows * ((a.k + 127LL) / 128) > (long long)INT32_MAX * (kThreads / 32))  // grid x is at most 2^31 - 1
     bad(call, "rows={} × k={}: more 128-wide blocks than one launch's grid holds", a.rows, a.k);
+  if (a.gather_rows) {
+    check_pointer(call, a.gather_rows, "gather_rows", 4);
+    if (a.num_tokens < 0) bad(call, "num_tokens={} (expected >= 0: the input's rows when gathering)", a.num_tokens);
+  } else if (a.num_tokens != 0) {
+    bad(call, "num_tokens={} without gather_rows (the input has `rows` rows; set gather_rows to permute)", a.num_tokens);
+  }
 }
 
 void launch(const Runtime& rt, CUfunction function, unsigned grid, void* params, Stream stream, unsigned threads = kThreads) {
@@ -266,6 +272,8 @@ void quantize_activations_fp8(Runtime& rt, const QuantizeFp8Args& a, Stream stre
   p.input = a.input;
   p.output = static_cast<unsigned char*>(a.output);
   p.scales = a.scales;
+  p.gather_rows = a.gather_rows;
+  p.num_tokens = a.num_tokens;
   p.rows = a.rows;
   p.k = a.k;
   p.k_blocks = (a.k + 127) / 128;

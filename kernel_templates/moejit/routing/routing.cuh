@@ -514,12 +514,18 @@ __device__ __forceinline__ void quantize_fp8(const QuantizeFp8Params& p) {
   const bool in_k = col < p.k;  // k % 16 == 0: a lane's 4 elements are all in or all out
   float v[4] = {0.f, 0.f, 0.f, 0.f};
   const long long index = row * p.k + col;
-  if (in_k) {
+  long long source = row;  // the input row
+  if (p.gather_rows) {
+    const int token = __ldg(p.gather_rows + row);
+    source = (unsigned)token < (unsigned long long)p.num_tokens ? token : -1;
+  }
+  if (in_k && source >= 0) {
+    const long long from = source * p.k + col;
     if (kIn == kF32) {
-      const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(p.input) + index);
+      const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(p.input) + from);
       v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
     } else {
-      const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(p.input) + index);
+      const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(p.input) + from);
       widen_pair<kIn>(raw.x, v[0], v[1]);
       widen_pair<kIn>(raw.y, v[2], v[3]);
     }
