@@ -27,9 +27,15 @@
 // I % 128 == 0 (Qwen3, DeepSeek-V3) gate and up rows are the halves [gate; up] (glu=split, the
 // checkpoint's layout: its block scales cannot be interleaved), else interleaved (gpt-oss). The CPU
 // reference takes the same quantized weights, and quantizes x and its own h the same way.
-// GEMM1's rows: by default the quantizer permutes x as it quantizes it (gather_rows: A in routed
-// order, a plain GEMM1 with the dynamic scheduler); --fp8-gather gemm quantizes x in token order
-// and gathers in GEMM1 (fuse=gather, the static scheduler from 256 rows per expert: docs/perf.md v27).
+// GEMM1's rows (--fp8-gather): `quantize` permutes x as it quantizes it (gather_rows: A in routed
+// order, then a GEMM1 without gather on the dynamic scheduler); `gemm` quantizes x in token order
+// and GEMM1 gathers (fuse=gather: the static scheduler on 128x256). `auto` (the default) takes
+// `quantize` where GEMM1's N >= 4096 with >= 64 rows per expert, else `gemm`: the permuted copy
+// (3 bytes per element of A) costs less than the static scheduler only on wide compute-bound GEMMs
+// (H100, docs/perf.md v28: DeepSeek-V3 at 4096 tokens 0.90x the time of `gemm`, Qwen3 1.1-1.4x).
+// h (--fp8-h): `gemm1` (the default) has GEMM1 write it quantized (c=e4m3: E4M3 codes and 1x128
+// scales from its epilogue, GEMM2's A as it is); `quantize` writes bf16 h and quantizes it in a
+// pass of its own.
 // Checked against a CPU reference of the whole layer on sampled tokens: the same bf16 inputs,
 // double accumulation, the intermediate h and the expert outputs rounded to bf16 where the GPU
 // stores them. Routing is checked exactly (ids of every token). Bound: ||out - ref|| / ||ref||
@@ -40,7 +46,8 @@
 // Without a GPU it says so, compiles (prewarms) the kernels it would use for sm_90a, and exits 0.
 //
 //   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all] [--tokens 16,1024,16384]
-//             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--fp8-gather quantize|gemm] [--route-only]
+//             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--fp8-gather auto|quantize|gemm]
+//             [--fp8-h gemm1|quantize] [--route-only]
 //             [--gemm1-spec tile=256x128x64,stages=4]
 //   --gemm1-spec: these spec fields replace the heuristic's in the fused GEMM1 (for tuning and
 //   profiling; the plain GEMM1 beside it keeps the heuristic's)
@@ -227,9 +234,11 @@ Weights make_weights(const LayerModel& m, DType weights) {
   return w;
 }
 
-// Reference output rows of the sampled tokens (double, bf16 where the GPU stores bf16).
+// Reference output rows of the sampled tokens (double, bf16 where the GPU stores bf16). h_bf16:
+// whether GEMM1 stores h in bf16 (FP8: before it is quantized; not where GEMM1 quantizes its fp32
+// result itself, c=e4m3).
 std::vector<double> reference_layer(const LayerModel& m, const Weights& w, const std::vector<std::uint16_t>& x,
-                                    const reference::Routing& routing, const std::vector<int>& tokens) {
+                                    const reference::Routing& routing, const std::vector<int>& tokens, bool h_bf16) {
   const int H = m.hidden, I = m.intermediate, K = m.top_k;
   const bool fp8 = !w.s1.empty();
   const WeightView w1{w.w1, fp8 ? &w.q1 : nullptr, &w.s1, 2 * I, H}, w2{w.w2, fp8 ? &w.q2 : nullptr, &w.s2, H, I};
@@ -248,7 +257,8 @@ std::vector<double> reference_layer(const LayerModel& m, const Weights& w, const
         const int gate_row = w.split_glu ? i : 2 * i, up_row = w.split_glu ? I + i : 2 * i + 1;
         for (int q = 0; q < H; ++q) gate += xt[q] * w1.at(e, gate_row, q), up += xt[q] * w1.at(e, up_row, q);
         if (!w.b1.empty()) gate += w.b1[(std::size_t)e * 2 * I + gate_row], up += w.b1[(std::size_t)e * 2 * I + up_row];
-        h[i] = round_bf16(activation_of(m.activation, gate, up));
+        h[i] = activation_of(m.activation, gate, up);
+        if (h_bf16) h[i] = round_bf16(h[i]);
       }
       if (fp8) h = fp8_round_trip(h);
       for (int c = 0; c < H; ++c) {
@@ -281,10 +291,25 @@ struct LayerGemms {
   Fusion up_fusion, down_fusion;
 };
 
-// Where an FP8 layer gathers x's rows for GEMM1 (--fp8-gather).
-enum class Fp8Gather { quantize, gemm };
+// How an FP8 layer gathers x's rows for GEMM1 (--fp8-gather) and quantizes h (--fp8-h).
+enum class Fp8Gather { automatic, quantize, gemm };
+enum class Fp8H { gemm1, quantize };
+struct Fp8Options {
+  Fp8Gather gather = Fp8Gather::automatic;
+  Fp8H h = Fp8H::gemm1;
+};
 
-LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoad gather_by, Fp8Gather fp8_gather) {
+// --fp8-gather auto for a model and token count (see the top of this file).
+Fp8Options resolved(Fp8Options o, const LayerModel& m, int tokens) {
+  if (o.gather == Fp8Gather::automatic) {
+    const double rows_per_expert = (double)tokens * m.top_k / m.experts;
+    o.gather = 2 * m.intermediate >= 4096 && rows_per_expert >= 64 ? Fp8Gather::quantize : Fp8Gather::gemm;
+  }
+  return o;
+}
+
+LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoad gather_by, Fp8Options fp8_options) {
+  fp8_options = resolved(fp8_options, m, tokens);
   LayerGemms g;
   if (weights == DType::e4m3) g.up.ab_type = g.down.ab_type = DType::e4m3;  // FP8 A and B, bf16 C
   else if (weights != DType::bf16) g.up.b_type = g.down.b_type = weights;
@@ -298,7 +323,8 @@ LayerGemms layer_gemms(const LayerModel& m, int tokens, DType weights, GatherLoa
   g.up.num_tokens = tokens;
   g.down.num_out_rows = rows;
   // FP8: A comes permuted from the quantizer, unless GEMM1 gathers (--fp8-gather gemm).
-  g.up_fusion.gather_a = weights != DType::e4m3 || fp8_gather == Fp8Gather::gemm;
+  g.up_fusion.gather_a = weights != DType::e4m3 || fp8_options.gather == Fp8Gather::gemm;
+  if (weights == DType::e4m3 && fp8_options.h == Fp8H::gemm1) g.up.c_type = DType::e4m3;  // h as GEMM2's A
   if (!g.up_fusion.gather_a) g.up.num_tokens = 0;
   g.up_fusion.gather_by = gather_by;  // --gather-by (Hopper; the heuristic keeps it, the portable family ignores it)
   g.up_fusion.bias = m.expert_bias;
@@ -357,7 +383,7 @@ std::vector<float> random_logits(const LayerModel& m, int tokens) {
 
 // No GPU: compile what the layer would use, for sm_90a.
 int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>& token_counts, DType weights,
-            GatherLoad gather_by, Fp8Gather fp8_gather) {
+            GatherLoad gather_by, Fp8Options fp8_options) {
   fmt::print("no GPU here: prewarming the kernels the layer would use (sm_90a) instead\n");
   auto rt = Runtime::offline(Arch{9, 0, true});
   int compiled = 0, unavailable = 0;
@@ -385,7 +411,7 @@ int prewarm(const std::vector<const LayerModel*>& models, const std::vector<int>
       RoutingArgs shape = routing_shape(*m, tokens);
       auto routing = reference::route(shape, random_logits(*m, tokens),
                                       m->correction_bias ? std::vector<float>(m->experts, 0.f) : std::vector<float>{});
-      LayerGemms g = layer_gemms(*m, tokens, weights, gather_by, fp8_gather);
+      LayerGemms g = layer_gemms(*m, tokens, weights, gather_by, fp8_options);
       g.up.host_groups = routing.group_offsets;
       g.down.host_groups = routing.group_offsets;
       for (auto [what, args, fusion] : {std::tuple{"gemm1", &g.up, &g.up_fusion}, std::tuple{"gemm2", &g.down, &g.down_fusion}}) {
@@ -414,7 +440,7 @@ float median(std::vector<float> v) {
   return v.empty() ? 0.f : v[v.size() / 2];
 }
 
-bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights, GatherLoad gather_by, Fp8Gather fp8_gather,
+bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights, GatherLoad gather_by, Fp8Options fp8_options,
                const void* d_w1, const void* d_w2, const float* d_b1, const float* d_b2, const float* d_bias, int tokens,
                int check_tokens, int reps, const std::string& gemm1_overrides) {
   const int E = m.experts, K = m.top_k, H = m.hidden, I = m.intermediate;
@@ -438,7 +464,8 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   void* d_h = device_alloc(rows * I * 2);    // GEMM1 output [rows, I]
   // --weights e4m3: x and h quantized on the GPU (1x128 blocks) before their GEMMs.
   const bool fp8 = weights == DType::e4m3;
-  const long long x_rows = fp8 && fp8_gather == Fp8Gather::quantize ? rows : tokens;  // quantized x: routed or token order
+  fp8_options = resolved(fp8_options, m, tokens);
+  const long long x_rows = fp8 && fp8_options.gather == Fp8Gather::quantize ? rows : tokens;  // quantized x: routed or token order
   void* d_xq = fp8 ? device_alloc((std::size_t)x_rows * H) : nullptr;
   float* d_xs = fp8 ? static_cast<float*>(device_alloc((std::size_t)x_rows * ((H + 127) / 128) * 4)) : nullptr;
   void* d_hq = fp8 ? device_alloc(rows * I) : nullptr;
@@ -454,14 +481,16 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   std::vector<int> offsets(E + 1);
   check_cuda(cudaMemcpy(offsets.data(), ra.group_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost), "offsets");
 
-  LayerGemms g = layer_gemms(m, tokens, weights, gather_by, fp8_gather);
+  LayerGemms g = layer_gemms(m, tokens, weights, gather_by, fp8_options);
+  const bool h_from_gemm1 = g.up.c_type == DType::e4m3;
   g.up.a = fp8 ? d_xq : d_x;
   g.up.a_scales = d_xs;
   g.up.b_scales = d_w1s;
   g.down.a_scales = d_hs;
   g.down.b_scales = d_w2s;
   g.up.b = d_w1;
-  g.up.c = d_h;
+  g.up.c = h_from_gemm1 ? d_hq : d_h;
+  if (h_from_gemm1) g.up.c_scales = d_hs;
   g.up.group_offsets = ra.group_offsets;
   g.up.gather_rows = g.up_fusion.gather_a ? ra.gather_rows : nullptr;
   g.up.bias = d_b1;
@@ -489,7 +518,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   ca.output = d_out;
   QuantizeFp8Args qx, qh;
   qx.input = d_x, qx.rows = tokens, qx.k = H, qx.output = d_xq, qx.scales = d_xs;
-  if (fp8 && fp8_gather == Fp8Gather::quantize) qx.rows = rows, qx.gather_rows = ra.gather_rows, qx.num_tokens = tokens;  // permuted as quantized
+  if (fp8 && fp8_options.gather == Fp8Gather::quantize) qx.rows = rows, qx.gather_rows = ra.gather_rows, qx.num_tokens = tokens;  // permuted as quantized
   qh.input = d_h, qh.rows = rows, qh.k = I, qh.output = d_hq, qh.scales = d_hs;
   // Each GEMM with its activations' quantization (--weights e4m3).
   auto gemm1 = [&](Stream s) {
@@ -497,7 +526,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
     k1.launch(g.up, s);
   };
   auto gemm2 = [&](Stream s) {
-    if (fp8) quantize_activations_fp8(rt, qh, s);
+    if (fp8 && !h_from_gemm1) quantize_activations_fp8(rt, qh, s);
     k2.launch(g.down, s);
   };
 
@@ -510,6 +539,8 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
 
   // Correctness: poisoned intermediates and output (0xFF bytes: bf16 NaN), one layer, reference.
   check_cuda(cudaMemset(d_h, 0xFF, rows * I * 2), "poison h");
+  if (fp8) check_cuda(cudaMemset(d_hq, 0xFF, rows * I), "poison quantized h");  // 0xFF: an E4M3 NaN
+  if (fp8) check_cuda(cudaMemset(d_hs, 0xFF, rows * ((I + 127) / 128) * 4), "poison h's scales");
   check_cuda(cudaMemset(d_y, 0xFF, rows * H * 2), "poison y");
   check_cuda(cudaMemset(d_out, 0xFF, (std::size_t)tokens * H * 2), "poison out");
   layer();
@@ -527,7 +558,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
     std::mt19937 rng(tokens);
     for (int s = 0; s < check_tokens; ++s) sample.push_back(std::uniform_int_distribution<int>(0, tokens - 1)(rng));
   }
-  std::vector<double> ref = reference_layer(m, w, x, routing, sample);
+  std::vector<double> ref = reference_layer(m, w, x, routing, sample, !h_from_gemm1);
   std::vector<std::uint16_t> out((std::size_t)tokens * H);
   check_cuda(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost), "out");
   double err2 = 0, ref2 = 0;
@@ -553,6 +584,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   plain1.fusion = Fusion{};
   plain2.fusion = Fusion{};
   plain1.a = d_a_plain, plain1.c = d_c_plain, plain1.gather_rows = nullptr, plain1.num_tokens = 0, plain1.bias = nullptr;
+  plain1.c_type = DType::bf16, plain1.c_scales = nullptr;  // the plain GEMM1 writes bf16
   void* d_a_plain_q = nullptr;
   float* d_a_plain_s = nullptr;
   if (fp8) {  // the plain GEMM1's A in routed order, quantized as the fused one's (scales [H/128][rows])
@@ -741,7 +773,7 @@ int main(int argc, char** argv) {
   bool route_only = false, models_bad = false;
   DType weights = DType::bf16;
   GatherLoad gather_by = GatherLoad::cp_async;
-  Fp8Gather fp8_gather = Fp8Gather::quantize;
+  Fp8Options fp8_options;
   std::string gemm1_overrides;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -759,8 +791,11 @@ int main(int argc, char** argv) {
     else if (flag == "--weights" && std::string(value) == "e4m3") weights = DType::e4m3;
     else if (flag == "--gather-by" && std::string(value) == "cp_async") gather_by = GatherLoad::cp_async;
     else if (flag == "--gather-by" && std::string(value) == "tma") gather_by = GatherLoad::tma;
-    else if (flag == "--fp8-gather" && std::string(value) == "quantize") fp8_gather = Fp8Gather::quantize;
-    else if (flag == "--fp8-gather" && std::string(value) == "gemm") fp8_gather = Fp8Gather::gemm;
+    else if (flag == "--fp8-gather" && std::string(value) == "auto") fp8_options.gather = Fp8Gather::automatic;
+    else if (flag == "--fp8-gather" && std::string(value) == "quantize") fp8_options.gather = Fp8Gather::quantize;
+    else if (flag == "--fp8-gather" && std::string(value) == "gemm") fp8_options.gather = Fp8Gather::gemm;
+    else if (flag == "--fp8-h" && std::string(value) == "gemm1") fp8_options.h = Fp8H::gemm1;
+    else if (flag == "--fp8-h" && std::string(value) == "quantize") fp8_options.h = Fp8H::quantize;
     else if (flag == "--gemm1-spec") gemm1_overrides = value;
     else models_bad = true;
   }
@@ -778,13 +813,13 @@ int main(int argc, char** argv) {
     fmt::print(stderr,
                "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all (comma-separated)] [--tokens 16,1024,16384] "
                "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--gather-by cp_async|tma] "
-               "[--fp8-gather quantize|gemm] [--route-only] [--gemm1-spec FIELDS]\n",
+               "[--fp8-gather auto|quantize|gemm] [--fp8-h gemm1|quantize] [--route-only] [--gemm1-spec FIELDS]\n",
                argv[0]);
     return 2;
   }
 
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return prewarm(models, token_counts, weights, gather_by, fp8_gather);
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return prewarm(models, token_counts, weights, gather_by, fp8_options);
 
   Runtime rt;
   fmt::print(stderr, "device: {} ({}, {} SMs); weights {}\n", rt.device_name(), rt.arch().to_text(), rt.sm_count(),
@@ -806,7 +841,7 @@ int main(int argc, char** argv) {
     float* d_bias = m->correction_bias ? device_copy(w.bias) : nullptr;
     for (int tokens : token_counts) {
       try {
-        all_ok &= run_layer(rt, *m, w, weights, gather_by, fp8_gather, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps,
+        all_ok &= run_layer(rt, *m, w, weights, gather_by, fp8_options, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps,
                             gemm1_overrides);
       } catch (const SpecError& e) {
         fmt::print(stderr, "{} tokens {}: the fused GEMMs are not available in this build: {}\n", m->name, tokens, e.what());

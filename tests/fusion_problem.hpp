@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -77,6 +78,8 @@ struct FusedProblem {
   static constexpr float kSentinel = 12345.f;  // atomic mode: C starts at 0 except these rows
 
   DeviceBuffer d_a, d_b, d_c, d_groups, d_gather, d_scatter, d_weights, d_bias;
+  DeviceBuffer d_c_scales;  // c=e4m3: [ceil(n_out / 128)][total_rows]
+  int c_blocks() const { return (n_out() + 127) / 128; }
 
   // FP8 keeps the 16-bit vectors in bf16 as the source values, quantized by quantize().
   float to_float(std::uint16_t v) const { return spec.a == DType::f16 ? f16_to_float(v) : bf16_to_float(v); }
@@ -205,6 +208,7 @@ struct FusedProblem {
     upload(d_b_scales, b_scales.data(), b_scales.size() * sizeof(float));
     upload(d_b_tensor_scales, b_tensor_scales.data(), b_tensor_scales.size() * sizeof(float));
     d_c = DeviceBuffer(std::max<std::size_t>(c_bytes(), 16));
+    if (spec.c == DType::e4m3) d_c_scales = DeviceBuffer((std::size_t)c_blocks() * std::max(total_rows, 1) * sizeof(float));
     const std::vector<int>& g = spec.layout == GroupLayout::contiguous ? offsets : rows_of;
     upload(d_groups, g.data(), g.size() * sizeof(int));
     upload(d_gather, gather_rows.data(), gather_rows.size() * sizeof(int));
@@ -238,6 +242,7 @@ struct FusedProblem {
     if (f.scatter_c) x.scatter_rows = static_cast<const int*>(d_scatter.get()), x.num_out_rows = out_rows;
     if (f.routing_weight) x.routing_weights = static_cast<const float*>(d_weights.get());
     if (f.bias) x.bias = static_cast<const float*>(d_bias.get());
+    if (spec.c == DType::e4m3) x.c_scales = static_cast<float*>(d_c_scales.get());
     return x;
   }
 
@@ -245,6 +250,7 @@ struct FusedProblem {
   void prepare_output() const {
     if (!spec.fusion.atomic) {
       MOEJIT_CU(driver().cuMemsetD8(d_c.ptr(), 0xFF, c_bytes()));
+      if (spec.c == DType::e4m3) MOEJIT_CU(driver().cuMemsetD8(d_c_scales.ptr(), 0xFF, d_c_scales.bytes()));
       return;
     }
     std::vector<float> init((std::size_t)out_rows * n_out(), 0.f);
@@ -301,22 +307,56 @@ struct FusedProblem {
     long elements_off = 0;
     std::size_t worst = 0;  // index of the element farthest outside its tolerance
     double worst_got = 0, worst_ref = 0;
+    // c=e4m3: scales not amax / 448 of the reference's block (within 1%), or written where no row is.
+    long scales_off = 0;
   };
 
   // elem_rel, elem_abs: per-element tolerance (see Check::elements_off); 0 skips that check.
   Check check(double elem_rel = 0, double elem_abs = 0) const {
     std::vector<char> raw(c_bytes());
     d_c.download(raw.data(), raw.size());
-    return compare(reference(), raw, elem_rel, elem_abs);
+    const std::vector<double> ref = reference();
+    if (spec.c != DType::e4m3) return compare(ref, raw, elem_rel, elem_abs);
+    // c=e4m3: the codes times their row block's scale, as fp32 (a poisoned code stays poison).
+    std::vector<float> scales((std::size_t)c_blocks() * total_rows);
+    d_c_scales.download(scales.data(), scales.size() * sizeof(float));
+    const int no = n_out();
+    std::vector<char> values(raw.size() * 4);
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      const std::uint8_t code = static_cast<std::uint8_t>(raw[i]);
+      const std::size_t row = i / no, block = i % no / 128;
+      float v;
+      if (code == 0xFF) std::memset(&v, 0xFF, 4);
+      else v = e4m3_to_float(code) * scales[block * total_rows + row];
+      std::memcpy(&values[i * 4], &v, 4);
+    }
+    Check out = compare(ref, values, elem_rel, elem_abs, DType::f32);
+    for (int row = 0; row < total_rows; ++row)
+      for (int b = 0; b < c_blocks(); ++b) {
+        const float got = scales[(std::size_t)b * total_rows + row];
+        std::uint32_t bits;
+        std::memcpy(&bits, &got, 4);
+        if (std::isnan(ref[(std::size_t)row * no])) {  // a row no group owns: untouched
+          out.scales_off += bits != 0xFFFFFFFFu;
+          continue;
+        }
+        double amax = 0;
+        for (int j = 128 * b; j < std::min(no, 128 * b + 128); ++j) amax = std::max(amax, std::abs(ref[(std::size_t)row * no + j]));
+        const double want = amax > 0 ? amax / 448 : 1.0;
+        out.scales_off += !(std::abs(got - want) <= 1e-2 * want);
+      }
+    return out;
   }
 
-  // C's bytes (raw, as downloaded) against the reference; no GPU needed.
-  Check compare(const std::vector<double>& ref, const std::vector<char>& raw, double elem_rel = 0, double elem_abs = 0) const {
+  // C's bytes (raw, as downloaded; read as type `as`, by default C's) against the reference; no GPU needed.
+  Check compare(const std::vector<double>& ref, const std::vector<char>& raw, double elem_rel = 0, double elem_abs = 0,
+                std::optional<DType> as = {}) const {
+    const DType c_type = as.value_or(spec.c);
     Check out;
     double err2 = 0, ref2 = 0;
     std::vector<double> got_all(ref.size(), std::nan(""));
     for (std::size_t i = 0; i < ref.size(); ++i) {
-      const auto [got, poison] = read_output(spec.c, raw, i);
+      const auto [got, poison] = read_output(c_type, raw, i);
       // atomic: C starts as zeros (rows that sum) and the sentinel (rows nothing may touch).
       const bool untouched = spec.fusion.atomic ? got == kSentinel : poison;
       if (std::isnan(ref[i])) {

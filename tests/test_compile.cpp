@@ -260,6 +260,30 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
     s.validate();
     fp8.push_back(s);
   }
+  // C quantized to E4M3 (c=e4m3, an FP8 layer's GEMM1 writing GEMM2's A): every kernel the heuristic
+  // or the tuner can pick for it, gathered or not, split or interleaved GLU, and the tiles without a GLU.
+  for (bool gather : {false, true})
+    for (GluLayout glu : {GluLayout::split, GluLayout::interleaved}) {
+      Fusion f;
+      f.gather_a = gather;
+      f.activation = Activation::swiglu;
+      f.glu = glu;
+      for (const std::vector<int>& rows : {group_rows, small_groups}) {
+        long long total = 0;
+        for (int r : rows) total += r;
+        const GemmProblem quantized_c{GroupLayout::contiguous, DType::e4m3, DType::e4m3, 64, 4096, 7168, total, rows,
+                                      std::nullopt, f};
+        for (const KernelSpec& s : tuning_candidates(quantized_c, Arch{9, 0, true}, 132))
+          if (std::find(fp8.begin(), fp8.end(), s) == fp8.end()) fp8.push_back(s);
+      }
+    }
+  for (const char* text : {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x128x128,stages=6,sched=dynamic,fuse=bias,act=silu",
+                           "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=64x256x128,stages=4,sched=dynamic,layout=masked,fuse=weight",
+                           "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4,sched=dynamic"}) {
+    KernelSpec s = KernelSpec::parse(text);
+    s.validate();
+    fp8.push_back(s);
+  }
   check_variants(fp8, "fused hopper FP8", "QGMMA");
 }
 
@@ -454,6 +478,24 @@ TEST_CASE("heuristic with fusions and quantized operands: a family that has them
   CHECK((s.family == KernelFamily::hopper && s.a == DType::e4m3 && s.fusion == gemm2));
   fp8.fusion = Fusion{};
   CHECK(choose_spec(fp8, h100, 132).family == KernelFamily::hopper);
+  // c=e4m3 (GEMM1 writing GEMM2's FP8 A): 128x256, whose consumer slices are whole 128-column blocks
+  // after the GLU, at any group size; gathered on the static scheduler.
+  fp8.c_type = DType::e4m3;
+  for (int rows : {2, 100, 1000}) {
+    const std::vector<int> group_rows(32, rows);
+    fp8.group_rows = group_rows;
+    fp8.total_rows = 32 * rows;
+    for (bool gather : {false, true}) {
+      Fusion f = split;
+      f.gather_a = gather;
+      fp8.fusion = f;
+      s = choose_spec(fp8, h100, 132);
+      INFO(s.to_text());
+      CHECK((s.c == DType::e4m3 && s.tile.m == 128 && s.tile.n == 256 && s.split == SplitK::none));
+      if (gather) CHECK(s.scheduler == Scheduler::static_persistent);
+      CHECK_NOTHROW(s.validate());
+    }
+  }
 }
 
 TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[compile]") {

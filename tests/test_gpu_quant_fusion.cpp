@@ -33,11 +33,14 @@ Runtime& runtime() {
 // FP8 and 4-bit, fp32 accumulation of exactly widened products (the reference uses the same
 // quantized operands, so quantization error is not part of the difference).
 double error_bound(const KernelSpec& s) {
+  // c=e4m3: C's own quantization (3 mantissa bits: at most 2^-4 of a value, ~2.5% rms).
+  if (s.c == DType::e4m3) return 5e-2;
   if (s.c == DType::bf16) return 1e-2;
   if (s.c == DType::f16) return 5e-3;
   return 1e-3;
 }
 std::pair<double, double> element_bound(const KernelSpec& s) {
+  if (s.c == DType::e4m3) return {1.0 / 16 + 4e-3, 3e-3};  // half an E4M3 step, + the FP8 wgmma's error
   if (s.c == DType::bf16) return {1.0 / 64, 1e-2};
   if (s.c == DType::f16) return {1.0 / 256, 5e-3};
   // Hopper's FP8 wgmma adds its products inside a 128-K block with a narrower accumulator than
@@ -254,5 +257,43 @@ TEST_CASE("quant fusion: decode (5 tokens, 16 experts)", "[gpu][fusion][fp8][w4]
     auto routing = random_routing(5, 2, 16, {}, rng);
     auto p = make(spec, 5, 2, 16, 512, 256, routing, rng);
     run_and_check(p, "decode");
+  }
+}
+
+// C quantized to E4M3 in the Hopper FP8 kernel's epilogue (c=e4m3: codes + 1x128 scales, the next
+// FP8 GEMM's A): the tiles whose consumer slices are whole 128-column blocks, with and without a
+// GLU, gathered (static scheduler) or not; ragged N (a last block of 32 or 64 columns), groups of
+// 0 rows, one expert, decode. The codes times their scales against the FP64 reference within half
+// an E4M3 step, and every scale amax / 448 of its reference block (fusion_problem.hpp).
+TEST_CASE("quant fusion: FP8 C quantized to E4M3 (c=e4m3), Hopper", "[gpu][fusion][fp8][c_e4m3]") {
+  const Arch arch = runtime().arch();
+  if (!(arch.sm() == 90 && arch.arch_specific)) {
+    WARN("NOT RUN: no Hopper GPU, so no Hopper FP8 kernel");
+    return;
+  }
+  std::vector<KernelSpec> specs;
+  for (const char* layout : {"contiguous", "masked"})
+    for (const char* variant :
+         {"tile=128x256x128,stages=4,sched=dynamic,fuse=none,act=swiglu,glu=split",
+          "tile=128x256x128,stages=4,sched=static,fuse=gather+bias,act=swiglu,glu=split",
+          "tile=128x256x128,stages=4,sched=static,fuse=gather+bias,act=swiglu_oai,glu=interleaved",
+          "tile=128x256x128,stages=4,sched=dynamic,fuse=weight,act=swiglu,glu=interleaved",
+          "tile=128x256x128,stages=4,sched=dynamic,fuse=none,act=none", "tile=128x128x128,stages=6,sched=dynamic,fuse=bias,act=silu",
+          "tile=64x256x128,stages=4,sched=dynamic,fuse=none,act=gelu"}) {
+      KernelSpec s = KernelSpec::parse(fmt::format("family=hopper,arch={},layout={},a=e4m3,b=e4m3,c=e4m3,{}", arch.to_text(), layout, variant));
+      s.validate();
+      specs.push_back(s);
+    }
+  compile_on_all_cores(runtime(), specs);
+  std::mt19937 rng(2031);
+  for (auto& spec : specs) {
+    auto routing = random_routing(301, 4, 8, {3, 6}, rng);
+    auto p = make(spec, 301, 4, 8, n_for(spec, 320), 160, routing, rng);
+    run_and_check(p, "random top-4, c=e4m3");
+    auto one = make(spec, 517, 1, 4, n_for(spec, 256), 256, one_expert_routing(517, 2), rng);
+    run_and_check(one, "one expert, c=e4m3");
+    auto decode_routing = random_routing(5, 2, 16, {}, rng);
+    auto decode = make(spec, 5, 2, 16, 512, 256, decode_routing, rng);
+    run_and_check(decode, "decode, c=e4m3");
   }
 }

@@ -140,7 +140,7 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   // FP8 (a = b = e4m3, block scales): what the hopper_fp8 kernel implements so far.
   require_rejected("a=e4m3,b=e4m3,tile=128x256x32,warps=2x4", {"portable FP8: N at most 128"});
   require_rejected("family=hopper,a=e4m3,b=bf16", {"b=bf16 with a=e4m3"});
-  require_rejected("family=hopper,a=e4m3,b=e4m3,c=e4m3", {"c=e4m3"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x192x128,stages=5", {"c=e4m3"});  // slices of 192 columns
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=256x128x128", {"128x128x128|128x192x128|128x256x128|64x256x128"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=5", {"shared memory"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x128x64", {"tile 128x128x64"});
@@ -337,6 +337,34 @@ TEST_CASE("FP8 per-channel weight scales: b_scales=channels", "[spec]") {
     CHECK_THROWS_WITH(KernelSpec::parse(bad).validate(), Catch::Matchers::Contains("b_scales=channels"));
   }
   CHECK_THROWS_WITH(KernelSpec::parse("b_scales=rows"), Catch::Matchers::Contains("blocks|channels"));
+}
+
+TEST_CASE("FP8 quantized C: c=e4m3 on Hopper FP8 tiles whose consumer slices are whole 128-column blocks", "[spec]") {
+  for (const char* good : {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4,fuse=gather+bias,act=swiglu,glu=split",
+                           "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4,sched=dynamic,act=swiglu_oai",
+                           "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4",
+                           "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x128x128,stages=6,fuse=bias,act=silu",
+                           "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=64x256x128,stages=4,layout=masked,fuse=weight"}) {
+    INFO(good);
+    auto s = KernelSpec::parse(good);
+    CHECK_NOTHROW(s.validate());
+    CHECK(KernelSpec::parse(s.to_text()) == s);
+    CHECK(operand_formats(s).find("c_scales fp32 [ceil(N_out/128)]") != std::string::npos);
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x128x128,stages=6,act=swiglu", "not whole 128-column scale blocks"},
+      {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=64x256x128,stages=4,act=swiglu,glu=split", "not whole 128-column scale blocks"},
+      {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x192x128,stages=5", "not whole 128-column scale blocks"},
+      {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4,fuse=scatter+weight", "no scatter or atomic"},
+      {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x192x128,stages=5,split=tail", "split=tail"},
+      {"family=hopper,c=e4m3", "the Hopper FP8 kernel"},
+      {"family=portable,arch=sm_80,a=e4m3,b=e4m3,c=e4m3,tile=128x128x32", "the Hopper FP8 kernel"},
+      {"family=hopper,b=mxfp4,c=e4m3,tile=128x128x64,stages=8", "the Hopper FP8 kernel"},
+  };
+  for (auto [text, fragment] : bad) {
+    INFO(text);
+    CHECK_THROWS_WITH(KernelSpec::parse(text).validate(), Catch::Matchers::Contains(fragment));
+  }
 }
 
 TEST_CASE("split-K tail: split=tail on the unfused single-CTA 16-bit and FP8 Hopper kernels only", "[spec]") {

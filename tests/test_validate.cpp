@@ -354,3 +354,37 @@ TEST_CASE("fusions with FP8 or 4-bit operands: args checks", "[validate][fusion]
   CHECK_NOTHROW(validate_fusion_args(a, inter.spec.fusion));
   CHECK_NOTHROW(validate_fusion_args(good_args(), Fusion{}));
 }
+
+TEST_CASE("c_type=e4m3: FP8 operands, c_scales, N_out a multiple of 16, no scatter", "[validate][fusion]") {
+  GroupedGemmArgs a = good_args();
+  a.ab_type = a.c_type = DType::e4m3;
+  a.a_scales = reinterpret_cast<const float*>(0x50000);
+  a.b_scales = reinterpret_cast<const void*>(0x60000);
+  a.c_scales = reinterpret_cast<float*>(0x70000);
+  CHECK_NOTHROW(validate_args(a));
+  auto with = [&](auto mutate) {
+    GroupedGemmArgs b = a;
+    mutate(b);
+    return b;
+  };
+  require_invalid(with([](GroupedGemmArgs& b) { b.c_scales = nullptr; }), "c_scales (c_type=e4m3");
+  require_invalid(with([](GroupedGemmArgs& b) { b.c_scales = reinterpret_cast<float*>(0x70002); }), "c_scales (c_type=e4m3");
+  require_invalid(with([](GroupedGemmArgs& b) {
+                    b.ab_type = DType::bf16, b.a_scales = nullptr, b.b_scales = nullptr;
+                  }),
+                  "c_type=e4m3 with ab_type=bf16");
+  require_invalid(with([](GroupedGemmArgs& b) { b.c_type = DType::bf16; }), "c_scales=");
+  Fusion glu;
+  glu.activation = Activation::swiglu;
+  GroupedGemmArgs narrow = a;
+  narrow.n = 48;  // n_out = 24
+  CHECK_THROWS_WITH(validate_fusion_args(narrow, glu), Catch::Contains("multiple of 16"));
+  narrow.n = 64;  // n_out = 32
+  CHECK_NOTHROW(validate_fusion_args(narrow, glu));
+  Fusion scatter;
+  scatter.scatter_c = true;
+  GroupedGemmArgs scattered = a;
+  scattered.scatter_rows = reinterpret_cast<const int*>(0x80000);
+  scattered.num_out_rows = 10;
+  CHECK_THROWS_WITH(validate_fusion_args(scattered, scatter), Catch::Contains("c_type=e4m3 with fuse=scatter"));
+}

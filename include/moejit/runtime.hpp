@@ -35,6 +35,12 @@ using Stream = CUstream_st*;
 //     With fuse=gather (both families) A is [num_tokens, K] in token order and a_scales
 //     [ceil(K/128)][num_tokens]: a routed row takes its token's row and scales. FP8 with a split
 //     GLU needs (n/2) % 128 == 0 (the up half's B scale blocks).
+//   c_type = e4m3 (ab_type = e4m3, hopper; GEMM1 of an FP8 layer): C is quantized in the epilogue
+//     as quantize_activations_fp8 would quantize it, after the fusions (bias, activation, weight):
+//     E4M3 codes [rows][N_out] and c_scales fp32 [ceil(N_out/128)][rows] (rows as C's; scale =
+//     amax / 448 over the finite values of each row's 128-column block, 1 for an all-zero block;
+//     codes = the value times 1/scale rounded to E4M3, saturating). That is the next FP8 GEMM's A and
+//     a_scales. Each consumer's output slice must hold whole 128-column blocks (KernelSpec::validate).
 //   ab_type = bf16 with b_type = mxfp4 | nvfp4 (weight-only 4-bit; hopper, or portable on other
 //     archs and for f32 C): B is the pre-arranged blocks of pack_w4_sm90 (block scales inside), K a
 //     multiple of 32 (MXFP4) or 16 (NVFP4); NVFP4 also takes b_tensor_scales, fp32 [num_groups]
@@ -70,6 +76,7 @@ struct GroupedGemmArgs {
   const void* b_scales = nullptr;   // ab_type = e4m3: fp32
   ScaleB b_scale_layout = ScaleB::blocks;  // ab_type = e4m3: 128x128 blocks or one per output channel
   const float* b_tensor_scales = nullptr;  // b_type = nvfp4
+  float* c_scales = nullptr;  // c_type = e4m3: written, fp32 [ceil(N_out/128)][rows of C]
   // B's element type where it differs from A's: mxfp4 | nvfp4 (weight-only); empty: ab_type.
   std::optional<DType> b_type;
   DType b_format() const { return b_type.value_or(ab_type); }

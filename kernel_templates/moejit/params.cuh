@@ -55,6 +55,7 @@ struct FusionParams {
   int num_out_rows;               // rows of C with fuse=scatter; indices outside are not written
   int n_out;                      // columns of C: n, or n / 2 after a GLU activation
   int reserved0;
+  float* c_scales;                // c=e4m3: C's scales, fp32 [ceil(n_out / 128)][rows of C] (1x128 blocks)
 };
 
 // A 128-byte CUtensorMap as an opaque blob, so kernels need not include cuda.h.

@@ -43,7 +43,8 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
   // that the unfused kernels' generated sources stay as they were. The portable fused file
   // passes B's type, so it also instantiates the portable FP8 and 4-bit kernels with fusions; the
   // Hopper FP8 and 4-bit kernels have fused twins (what they fuse: KernelSpec::validate).
-  const bool fused = spec.fusion.any();
+  // A quantized C (c=e4m3) is written by the fused epilogue, with its scales in FusionParams.
+  const bool fused = spec.fusion.any() || spec.c == DType::e4m3;
   const char* instantiation = spec.family == KernelFamily::portable && spec.is_weight_only_4bit() && !fused
                                   ? "portable_w4_grouped_gemm.cu.in"
                               : spec.family == KernelFamily::portable

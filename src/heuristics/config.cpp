@@ -205,7 +205,7 @@ namespace {
 // 128x256 and the FP8 128x192, unfused, single CTAs.
 bool may_split_tail(const KernelSpec& spec, int k) {
   if (spec.family != KernelFamily::hopper || spec.cluster_m != 1 || spec.cluster_n != 1 || spec.fusion.any() ||
-      k < kSplitTailMinK)
+      spec.c == DType::e4m3 || k < kSplitTailMinK)
     return false;
   if (spec.a == DType::bf16 || spec.a == DType::f16) return spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages;
   if (spec.a == DType::e4m3 && spec.b == DType::e4m3) return spec.tile == kFp8Wide.tile && spec.stages == kFp8Wide.stages;
@@ -238,6 +238,15 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k) {
   }
   return out;
 }
+
+namespace {
+// Output columns of one consumer warpgroup's slice of an FP8 tile (64-row tiles split N between
+// the consumers; a GLU halves the columns).
+int fp8_c_slice_columns(const KernelSpec& s) {
+  const int slice = s.tile.m == 64 ? s.tile.n / 2 : s.tile.n;
+  return s.fusion.glu_activation() ? slice / 2 : slice;
+}
+}  // namespace
 
 KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_count) {
   KernelSpec spec;
@@ -304,6 +313,12 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
       } else {
         spec.scheduler = Scheduler::static_persistent;
       }
+    }
+    // C quantized to E4M3 (1x128 blocks): each consumer's output slice must be whole 128-column
+    // blocks. 128x256 has them with or without a GLU (gathered: on the static scheduler, above).
+    if (spec.c == DType::e4m3 && fp8_c_slice_columns(spec) % 128) {
+      spec = with_tile(spec, kFp8Full);
+      if (spec.fusion.gather_a) spec.scheduler = Scheduler::static_persistent;
     }
     spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
     spec.validate();

@@ -237,7 +237,7 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
 
   // Fused kernels take FusionParams as one more parameter (kernel_templates/moejit/params.cuh).
   const Fusion& fusion = spec.fusion;
-  const bool fused = fusion.any();
+  const bool fused = fusion.any() || spec.c == DType::e4m3;  // c=e4m3: the fused kernel, scales in FusionParams
   FusionParams fp{};
   const int n_out = fusion.glu_activation() ? args.n / 2 : args.n;
   if (fused) {
@@ -248,6 +248,7 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     fp.num_tokens = args.num_tokens;
     fp.num_out_rows = args.num_out_rows;
     fp.n_out = n_out;
+    fp.c_scales = args.c_scales;
   }
 
   if (spec.family == KernelFamily::hopper && spec.a == DType::e4m3) {

@@ -25,8 +25,17 @@ void check_pointer(const void* p, const char* name, std::uintptr_t alignment) {
 void validate_args(const GroupedGemmArgs& a) {
   if (a.ab_type != DType::bf16 && a.ab_type != DType::f16 && a.ab_type != DType::e4m3)
     bad("ab_type={} (expected bf16, f16 or e4m3)", to_text(a.ab_type));
-  if (a.c_type != DType::bf16 && a.c_type != DType::f16 && a.c_type != DType::f32)
-    bad("c_type={} (expected bf16, f16 or f32)", to_text(a.c_type));
+  if (a.c_type != DType::bf16 && a.c_type != DType::f16 && a.c_type != DType::f32 && a.c_type != DType::e4m3)
+    bad("c_type={} (expected bf16, f16, f32, or e4m3 with ab_type=e4m3)", to_text(a.c_type));
+  if (a.c_type == DType::e4m3) {
+    // C quantized in the epilogue: E4M3 codes plus one fp32 scale per 128 output columns of a row
+    // (the 1x128 activation blocks the next FP8 GEMM reads as a_scales).
+    if (a.ab_type != DType::e4m3) bad("c_type=e4m3 with ab_type={} (a quantized C comes from the FP8 kernel: ab_type=e4m3)", to_text(a.ab_type));
+    check_pointer(a.c_scales, "c_scales (c_type=e4m3: fp32 [ceil(N_out/128)][rows of C])", 4);
+  } else if (a.c_scales) {
+    bad("c_scales={} but c_type={} takes no scales (expected null; c_type=e4m3 only)", static_cast<const void*>(a.c_scales),
+        to_text(a.c_type));
+  }
   if (a.ab_type == DType::e4m3) {
     // FP8 with DeepSeek-V3 block scales (layouts in include/moejit/formats.hpp).
     check_pointer(a.a_scales, "a_scales (ab_type=e4m3: fp32 [ceil(K/128)][rows of A])", 4);
@@ -121,6 +130,13 @@ void validate_fusion_args(const GroupedGemmArgs& a, const Fusion& f) {
   if (f.glu_activation() && a.n % 16)
     bad("n={} with act={}: a GLU activation writes n/2 columns, which must be a multiple of 8 (expected n % 16 == 0)", a.n,
         to_text(f.activation));
+  if (a.c_type == DType::e4m3) {
+    const int n_out = f.glu_activation() ? a.n / 2 : a.n;
+    if (n_out % 16)
+      bad("n={} with c_type=e4m3: C's {} columns must be a multiple of 16 (16-byte rows of E4M3, and the next FP8 GEMM's K)",
+          a.n, n_out);
+    if (f.scatter_c) bad("c_type=e4m3 with fuse=scatter (a quantized C is written in routed order, with its scales)");
+  }
 }
 
 void validate_args_match_spec(const GroupedGemmArgs& a, const KernelSpec& spec) {

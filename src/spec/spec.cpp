@@ -325,7 +325,24 @@ void KernelSpec::validate() const {
     throw SpecError(fmt::format("invalid spec {}: {}", to_text(), fmt::format(fmt::runtime(format), args...)));
   };
   if (a != DType::bf16 && a != DType::f16 && a != DType::e4m3) fail("a={} (allowed: bf16|f16|e4m3)", moejit::to_text(a));
-  if (c != DType::bf16 && c != DType::f16 && c != DType::f32) fail("c={} (allowed: bf16|f16|f32)", moejit::to_text(c));
+  if (c != DType::bf16 && c != DType::f16 && c != DType::f32 && c != DType::e4m3)
+    fail("c={} (allowed: bf16|f16|f32, or e4m3 from the Hopper FP8 kernel)", moejit::to_text(c));
+  if (c == DType::e4m3) {
+    // C quantized in the epilogue (1x128 blocks, the next FP8 GEMM's A): each consumer warpgroup
+    // quantizes its own output slice, so the slice must hold whole 128-column blocks.
+    if (!(family == KernelFamily::hopper && a == DType::e4m3 && b == DType::e4m3))
+      fail("c=e4m3 with a={}, b={} on family={} (a quantized C comes from the Hopper FP8 kernel: family=hopper, a=b=e4m3)",
+           moejit::to_text(a), moejit::to_text(b), moejit::to_text(family));
+    if (fusion.scatter_c || fusion.atomic)
+      fail("c=e4m3 with fuse={} (a quantized C is written in routed order: no scatter or atomic)", fusion_text(fusion));
+    if (split != SplitK::none) fail("c=e4m3 with split={} (split=tail is for bf16/f16/f32 C)", moejit::to_text(split));
+    const int slice = tile.m == 64 ? tile.n / 2 : tile.n;
+    const int out = fusion.glu_activation() ? slice / 2 : slice;
+    if (out % 128)
+      fail("c=e4m3 on tile={}x{}x{}{}: a consumer's {} output columns are not whole 128-column scale blocks "
+           "(tile=128x256x128; without a GLU also 128x128x128 and 64x256x128)",
+           tile.m, tile.n, tile.k, fusion.glu_activation() ? " with a GLU" : "", out);
+  }
   if (b != a && !is_weight_only_4bit())
     fail("b={} with a={} (allowed: b equal to a, or a=bf16 with b=mxfp4|nvfp4)", moejit::to_text(b), moejit::to_text(a));
   if (acc != DType::f32) fail("acc={} (allowed: f32)", moejit::to_text(acc));
@@ -464,7 +481,11 @@ std::string operand_formats(const KernelSpec& spec) {
     out += fmt::format("A  {} {}[K]\n", moejit::to_text(spec.a), rows);
     out += fmt::format("B  {} [E][N][K]\n", moejit::to_text(spec.b));
   }
-  out += fmt::format("C  {} {}[N]\n", moejit::to_text(spec.c), rows);
+  if (spec.c == DType::e4m3)
+    out += fmt::format("C  e4m3 {}[N_out]; c_scales fp32 [ceil(N_out/128)][rows of C] (written: 1x128 blocks, K-block-major as the "
+                       "next FP8 GEMM's a_scales)\n", rows);
+  else
+    out += fmt::format("C  {} {}[N]\n", moejit::to_text(spec.c), rows);
   return out;
 }
 

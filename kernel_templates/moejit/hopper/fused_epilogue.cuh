@@ -150,6 +150,68 @@ __device__ __forceinline__ void store_fused(const GroupedGemmParams& p, const Fu
   }
 }
 
+// c=e4m3 (the FP8 kernel): the slice's kW output columns from n0 (a multiple of 128) quantized in
+// 1x128 blocks as quantize_activations_fp8 does, then stored as E4M3 codes with one fp32 scale per
+// row and block (f.c_scales[block][row]): a row's 128 columns of one block lie in the 4 lanes of a
+// quad (32 each), so its amax is the lane's maximum and two xor-shuffles. Scale = amax / 448 over
+// the finite values (1 for an all-zero block); codes = value * (1 / scale), rounded to E4M3 with
+// saturation (NaN stays NaN). Columns at or past n_out (ragged N; split-GLU columns past n/2) are
+// left out of the amax and not stored. Stores: per 64 columns a lane packs 4 words of code pairs,
+// a quad transpose and 4 byte permutes give it 16 consecutive codes: one 16-byte store per lane.
+template <int kW>
+__device__ __forceinline__ void store_e4m3_blocks(const GroupedGemmParams& p, const FusionParams& f,
+                                                  const float (&v)[kW / 2], int row_begin, int group_rows, int m_warp,
+                                                  int n0, int n_out, int lane) {
+  static_assert(kW % 128 == 0, "c=e4m3: a consumer slice of whole 128-column blocks");
+  const int q = lane % 4;
+  unsigned char* const c = static_cast<unsigned char*>(p.c);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = m_warp + lane / 4 + 8 * h;  // group-local row (m_warp: the warp's first)
+    const bool row_valid = m < group_rows;
+    const long long row = (long long)row_begin + m;
+#pragma unroll
+    for (int b = 0; b < kW / 128; ++b) {
+      const int block_col = n0 + 128 * b;
+      unsigned amax_bits = 0;  // non-negative floats order as their bits
+#pragma unroll
+      for (int j = 16 * b; j < 16 * b + 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float a = fabsf(v[4 * j + 2 * h + e]);
+          if (n0 + 8 * j + 2 * q + e < n_out && a <= 3.402823466e38f) amax_bits = max(amax_bits, __float_as_uint(a));
+        }
+      amax_bits = max(amax_bits, __shfl_xor_sync(0xffffffffu, amax_bits, 1));
+      amax_bits = max(amax_bits, __shfl_xor_sync(0xffffffffu, amax_bits, 2));
+      const float amax = __uint_as_float(amax_bits);
+      const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
+      const float inv = __fdiv_rn(1.f, scale);
+      if (row_valid && q == 0 && block_col < n_out) f.c_scales[(long long)(block_col / 128) * p.total_rows + row] = scale;
+#pragma unroll
+      for (int g = 0; g < 2; ++g) {  // 64-column groups of the block
+        unsigned w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          unsigned pair[2];
+#pragma unroll
+          for (int t = 0; t < 2; ++t) {
+            const int j = 16 * b + 8 * g + 2 * i + t;
+            unsigned short bits;
+            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(bits) : "f"(v[4 * j + 2 * h + 1] * inv), "f"(v[4 * j + 2 * h] * inv));
+            pair[t] = bits;
+          }
+          w[i] = pair[0] | pair[1] << 16;  // columns 16i + 2q + {0, 1} and 16i + 8 + 2q + {0, 1}
+        }
+        quad_transpose(w, lane);  // w[i]: lane i's word q
+        const uint4 out = make_uint4(__byte_perm(w[0], w[1], 0x5410), __byte_perm(w[2], w[3], 0x5410),
+                                     __byte_perm(w[0], w[1], 0x7632), __byte_perm(w[2], w[3], 0x7632));
+        const int col = block_col + 64 * g + 16 * q;
+        if (row_valid && col < n_out) *reinterpret_cast<uint4*>(c + row * n_out + col) = out;
+      }
+    }
+  }
+}
+
 // acc: the warpgroup's kWgN-column slice of the tile; group_rows / m_first / rows: the group's
 // rows, the slice's first group-local row and its rows inside the group (1..64); col0: the
 // tile's first GEMM column (n_block * kBlockN); tile_col0: the slice's first column in the tile.
@@ -203,7 +265,13 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
   }
 
   const int n0 = (Fuse::glu ? col0 / 2 + tile_col0 / 2 : col0 + tile_col0);  // slice's first output column
-  if constexpr (Fuse::glu) {
+  if constexpr (kTypeC == kE4M3) {
+    static_assert(!Fuse::scatter, "c=e4m3: rows in routed order");
+    if constexpr (Fuse::glu)
+      store_e4m3_blocks<kOutW>(p, f, gl, row_begin, group_rows, m_warp - lane / 4, n0, n_out, lane);
+    else
+      store_e4m3_blocks<kOutW>(p, f, acc, row_begin, group_rows, m_warp - lane / 4, n0, n_out, lane);
+  } else if constexpr (Fuse::glu) {
     store_fused<kTypeC, kOutW, kStaged, Fuse>(p, f, tma_c, gl, staging, row_begin, group_rows, m_first, rows, n0, n_out,
                                               warp_in_group, lane, barrier_id, c_state);
   } else {

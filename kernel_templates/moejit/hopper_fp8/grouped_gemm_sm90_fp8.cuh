@@ -126,7 +126,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                     (kBlockM == 128 && kBlockN == 192) || (kBlockM == 128 && kBlockN == 256),
                 "FP8 tiles: 128x128, 128x192 or 128x256 (consumers split rows) or 64x256 (consumers split columns)");
   static_assert(fp8_smem_bytes<kBlockM, kBlockN, kStages>() <= 232448, "stages do not fit in 227 KB");
-  static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
+  static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32 || kTypeC == kE4M3, "C must be bf16, f16, f32 or e4m3");
+  static_assert(kTypeC != kE4M3 || (!Fuse::scatter && !kSplitTail), "c=e4m3: written in routed order, whole tiles");
   static_assert(!kSplitTail || !Fuse::any, "split=tail: unfused kernels only (a bias would be added once per piece)");
 
   constexpr bool kSplitN = kBlockM == 64;
@@ -426,8 +427,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         scale_columns_fp8<kWgN, Fuse::bias>(acc, static_cast<const float*>(p.scale_b), f, tile.group, p.n, n0, lane);
       const int m_first = tile.m_block * kBlockM + tile_row0;  // the slice's first group-local row
       const unsigned my_staging = c_staging + consumer * kCStageBytesPerConsumer;
-      if constexpr (Fuse::epilogue) {
-        // Unstaged: direct stores (tma_c and the barrier id go unused).
+      if constexpr (Fuse::epilogue || kTypeC == kE4M3) {
+        // Unstaged: direct stores (tma_c and the barrier id go unused). c=e4m3: quantized there.
         fused_epilogue<kTypeC, kWgN, kStaged, Fuse>(p, *f, tma_c, acc, my_staging, tile.group, tile.row_begin,
                                                     tile.group_rows, m_first, min(tile.group_rows - m_first, 64),
                                                     tile.n_block * kBlockN, tile_col0, warp_in_group, lane,
