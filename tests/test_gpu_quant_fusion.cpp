@@ -279,7 +279,10 @@ TEST_CASE("quant fusion: FP8 C quantized to E4M3 (c=e4m3), Hopper", "[gpu][fusio
           "tile=128x256x128,stages=4,sched=static,fuse=gather+bias,act=swiglu_oai,glu=interleaved",
           "tile=128x256x128,stages=4,sched=dynamic,fuse=weight,act=swiglu,glu=interleaved",
           "tile=128x256x128,stages=4,sched=dynamic,fuse=none,act=none", "tile=128x128x128,stages=6,sched=dynamic,fuse=bias,act=silu",
-          "tile=64x256x128,stages=4,sched=dynamic,fuse=none,act=gelu"}) {
+          "tile=64x256x128,stages=4,sched=dynamic,fuse=none,act=gelu",
+          // paired 64-column halves of one block (the decode GEMM1's tile)
+          "tile=64x256x128,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu,glu=split",
+          "tile=64x256x128,stages=4,sched=static,fuse=weight,act=swiglu_oai,glu=interleaved"}) {
       KernelSpec s = KernelSpec::parse(fmt::format("family=hopper,arch={},layout={},a=e4m3,b=e4m3,c=e4m3,{}", arch.to_text(), layout, variant));
       s.validate();
       specs.push_back(s);

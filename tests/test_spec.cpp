@@ -344,7 +344,8 @@ TEST_CASE("FP8 quantized C: c=e4m3 on Hopper FP8 tiles whose consumer slices are
                            "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4,sched=dynamic,act=swiglu_oai",
                            "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4",
                            "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x128x128,stages=6,fuse=bias,act=silu",
-                           "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=64x256x128,stages=4,layout=masked,fuse=weight"}) {
+                           "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=64x256x128,stages=4,layout=masked,fuse=weight",
+                           "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=64x256x128,stages=4,fuse=gather,act=swiglu,glu=split"}) {
     INFO(good);
     auto s = KernelSpec::parse(good);
     CHECK_NOTHROW(s.validate());
@@ -353,7 +354,7 @@ TEST_CASE("FP8 quantized C: c=e4m3 on Hopper FP8 tiles whose consumer slices are
   }
   const std::pair<const char*, const char*> bad[] = {
       {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x128x128,stages=6,act=swiglu", "not whole 128-column scale blocks"},
-      {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=64x256x128,stages=4,act=swiglu,glu=split", "not whole 128-column scale blocks"},
+      {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=64x256x128,stages=5,act=swiglu,glu=split", "fits beside 4 stages"},
       {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x192x128,stages=5", "not whole 128-column scale blocks"},
       {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4,fuse=scatter+weight", "no scatter or atomic"},
       {"family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x192x128,stages=5,split=tail", "split=tail"},

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "moejit/errors.hpp"
+
 namespace moejit {
 namespace {
 
@@ -240,11 +242,15 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k) {
 }
 
 namespace {
-// Output columns of one consumer warpgroup's slice of an FP8 tile (64-row tiles split N between
-// the consumers; a GLU halves the columns).
-int fp8_c_slice_columns(const KernelSpec& s) {
-  const int slice = s.tile.m == 64 ? s.tile.n / 2 : s.tile.n;
-  return s.fusion.glu_activation() ? slice / 2 : slice;
+// Whether an FP8 tile can write C quantized (c=e4m3): each consumer's output slice whole 128-column
+// blocks, or 64x256 s4 with a GLU (two paired 64-column halves; KernelSpec::validate).
+bool fp8_c_quantizable(const KernelSpec& s) {
+  try {
+    s.validate();
+    return true;
+  } catch (const SpecError&) {
+    return false;
+  }
 }
 }  // namespace
 
@@ -314,9 +320,9 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
         spec.scheduler = Scheduler::static_persistent;
       }
     }
-    // C quantized to E4M3 (1x128 blocks): each consumer's output slice must be whole 128-column
-    // blocks. 128x256 has them with or without a GLU (gathered: on the static scheduler, above).
-    if (spec.c == DType::e4m3 && fp8_c_slice_columns(spec) % 128) {
+    // C quantized to E4M3 (1x128 blocks): 128x256 where the rule's tile cannot (128x192; 128x128
+    // with a GLU), gathered on the static scheduler (above).
+    if (spec.c == DType::e4m3 && !fp8_c_quantizable(spec)) {
       spec = with_tile(spec, kFp8Full);
       if (spec.fusion.gather_a) spec.scheduler = Scheduler::static_persistent;
     }

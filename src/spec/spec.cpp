@@ -336,12 +336,19 @@ void KernelSpec::validate() const {
     if (fusion.scatter_c || fusion.atomic)
       fail("c=e4m3 with fuse={} (a quantized C is written in routed order: no scatter or atomic)", fusion_text(fusion));
     if (split != SplitK::none) fail("c=e4m3 with split={} (split=tail is for bf16/f16/f32 C)", moejit::to_text(split));
+    // Or, on 64x256 with a GLU, the two consumers' 64-column halves of one block (same rows): they
+    // exchange their row maxima through the C staging, so the spec must have it (stages_c: 4 stages).
     const int slice = tile.m == 64 ? tile.n / 2 : tile.n;
     const int out = fusion.glu_activation() ? slice / 2 : slice;
-    if (out % 128)
+    const bool paired_halves = tile.m == 64 && out == 64;
+    if (out % 128 && !paired_halves)
       fail("c=e4m3 on tile={}x{}x{}{}: a consumer's {} output columns are not whole 128-column scale blocks "
-           "(tile=128x256x128; without a GLU also 128x128x128 and 64x256x128)",
+           "(tile=128x256x128 or 64x256x128; without a GLU also 128x128x128)",
            tile.m, tile.n, tile.k, fusion.glu_activation() ? " with a GLU" : "", out);
+    if (paired_halves && !stages_c())
+      fail("c=e4m3 on tile={}x{}x{} with {} stages and a GLU: the consumers exchange row maxima through the C staging, "
+           "which fits beside 4 stages (stages=4)",
+           tile.m, tile.n, tile.k, stages);
   }
   if (b != a && !is_weight_only_4bit())
     fail("b={} with a={} (allowed: b equal to a, or a=bf16 with b=mxfp4|nvfp4)", moejit::to_text(b), moejit::to_text(a));

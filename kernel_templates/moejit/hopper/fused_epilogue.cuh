@@ -13,6 +13,8 @@
 #include "moejit/common/fusion.cuh"
 #include "moejit/hopper/tma.cuh"
 #include "moejit/hopper/epilogue.cuh"
+#include "moejit/hopper/smem.cuh"
+#include "moejit/hopper/warpgroup.cuh"
 
 namespace moejit::hopper {
 
@@ -158,44 +160,64 @@ __device__ __forceinline__ void store_fused(const GroupedGemmParams& p, const Fu
 // saturation (NaN stays NaN). Columns at or past n_out (ragged N; split-GLU columns past n/2) are
 // left out of the amax and not stored. Stores: per 64 columns a lane packs 4 words of code pairs,
 // a quad transpose and 4 byte permutes give it 16 consecutive codes: one 16-byte store per lane.
-template <int kW>
+// kPaired (64x256 tiles with a GLU: the two consumers hold the two 64-column halves of one block
+// for the same 64 rows): each consumer's row amax goes through shared memory (`exchange`, 512
+// bytes: the C staging the E4M3 path does not use) between two syncs of named barrier 3 over both
+// consumers; consumer 0 (n0 % 128 == 0) writes the scale.
+template <int kW, bool kPaired>
 __device__ __forceinline__ void store_e4m3_blocks(const GroupedGemmParams& p, const FusionParams& f,
                                                   const float (&v)[kW / 2], int row_begin, int group_rows, int m_warp,
-                                                  int n0, int n_out, int lane) {
-  static_assert(kW % 128 == 0, "c=e4m3: a consumer slice of whole 128-column blocks");
+                                                  int n0, int n_out, int lane, int warp_in_group, unsigned exchange,
+                                                  int consumer) {
+  constexpr int kBlockCols = kPaired ? 64 : 128;  // this slice's columns of one scale block
+  static_assert(kW % kBlockCols == 0, "c=e4m3: a consumer slice of whole 128-column blocks (or paired halves)");
   const int q = lane % 4;
   unsigned char* const c = static_cast<unsigned char*>(p.c);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = m_warp + lane / 4 + 8 * h;  // group-local row (m_warp: the warp's first)
-    const bool row_valid = m < group_rows;
-    const long long row = (long long)row_begin + m;
+  for (int b = 0; b < kW / kBlockCols; ++b) {
+    const int block_col = n0 + kBlockCols * b;  // this slice's first column of the block
+    unsigned amax_bits[2] = {0u, 0u};  // rows h = 0, 1; non-negative floats order as their bits
 #pragma unroll
-    for (int b = 0; b < kW / 128; ++b) {
-      const int block_col = n0 + 128 * b;
-      unsigned amax_bits = 0;  // non-negative floats order as their bits
+    for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int j = 16 * b; j < 16 * b + 16; ++j)
+      for (int j = kBlockCols / 8 * b; j < kBlockCols / 8 * (b + 1); ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float a = fabsf(v[4 * j + 2 * h + e]);
-          if (n0 + 8 * j + 2 * q + e < n_out && a <= 3.402823466e38f) amax_bits = max(amax_bits, __float_as_uint(a));
+          if (n0 + 8 * j + 2 * q + e < n_out && a <= 3.402823466e38f) amax_bits[h] = max(amax_bits[h], __float_as_uint(a));
         }
-      amax_bits = max(amax_bits, __shfl_xor_sync(0xffffffffu, amax_bits, 1));
-      amax_bits = max(amax_bits, __shfl_xor_sync(0xffffffffu, amax_bits, 2));
-      const float amax = __uint_as_float(amax_bits);
+      amax_bits[h] = max(amax_bits[h], __shfl_xor_sync(0xffffffffu, amax_bits[h], 1));
+      amax_bits[h] = max(amax_bits[h], __shfl_xor_sync(0xffffffffu, amax_bits[h], 2));
+    }
+    if constexpr (kPaired) {
+      const int r = warp_in_group * 16 + lane / 4;  // the slice's row of h = 0
+      if (q == 0)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) st_shared_u32(exchange + 4 * (consumer * 64 + r + 8 * h), amax_bits[h]);
+      named_barrier_sync<256>(3);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) amax_bits[h] = max(amax_bits[h], ld_shared_u32(exchange + 4 * ((1 - consumer) * 64 + r + 8 * h)));
+      named_barrier_sync<256>(3);  // both have read before the next tile's writes
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = m_warp + lane / 4 + 8 * h;  // group-local row (m_warp: the warp's first)
+      const bool row_valid = m < group_rows;
+      const long long row = (long long)row_begin + m;
+      const float amax = __uint_as_float(amax_bits[h]);
       const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
       const float inv = __fdiv_rn(1.f, scale);
-      if (row_valid && q == 0 && block_col < n_out) f.c_scales[(long long)(block_col / 128) * p.total_rows + row] = scale;
+      if (row_valid && q == 0 && block_col % 128 == 0 && block_col < n_out)
+        f.c_scales[(long long)(block_col / 128) * p.total_rows + row] = scale;
 #pragma unroll
-      for (int g = 0; g < 2; ++g) {  // 64-column groups of the block
+      for (int g = 0; g < kBlockCols / 64; ++g) {  // 64-column groups of the block
         unsigned w[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           unsigned pair[2];
 #pragma unroll
           for (int t = 0; t < 2; ++t) {
-            const int j = 16 * b + 8 * g + 2 * i + t;
+            const int j = kBlockCols / 8 * b + 8 * g + 2 * i + t;
             unsigned short bits;
             asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(bits) : "f"(v[4 * j + 2 * h + 1] * inv), "f"(v[4 * j + 2 * h] * inv));
             pair[t] = bits;
@@ -215,7 +237,9 @@ __device__ __forceinline__ void store_e4m3_blocks(const GroupedGemmParams& p, co
 // acc: the warpgroup's kWgN-column slice of the tile; group_rows / m_first / rows: the group's
 // rows, the slice's first group-local row and its rows inside the group (1..64); col0: the
 // tile's first GEMM column (n_block * kBlockN); tile_col0: the slice's first column in the tile.
-template <int kTypeC, int kWgN, bool kStaged, class Fuse>
+// kSplitN: the two consumers split a 64-row tile's columns (the FP8 64x256 tile): with c=e4m3 and a
+// GLU they quantize one 128-column block together (store_e4m3_blocks, kPaired).
+template <int kTypeC, int kWgN, bool kStaged, class Fuse, bool kSplitN = false>
 __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const FusionParams& f,
                                                const TmaDescriptor& tma_c, float (&acc)[kWgN / 2], unsigned staging,
                                                int group, int row_begin, int group_rows, int m_first, int rows,
@@ -267,10 +291,18 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
   const int n0 = (Fuse::glu ? col0 / 2 + tile_col0 / 2 : col0 + tile_col0);  // slice's first output column
   if constexpr (kTypeC == kE4M3) {
     static_assert(!Fuse::scatter, "c=e4m3: rows in routed order");
+    // Paired halves: the row amax crosses consumers through the (unused) C staging, which the
+    // spec requires (stages_c); barrier_id is 1 + consumer, staging that consumer's part of it.
+    constexpr bool kPaired = kSplitN && kOutW % 128 != 0;
+    static_assert(!kPaired || kStaged, "c=e4m3 on paired halves: the exchange lives in the C staging");
+    const int consumer = barrier_id - 1;
+    const unsigned exchange = staging - consumer * kCStageBytesPerConsumer;
     if constexpr (Fuse::glu)
-      store_e4m3_blocks<kOutW>(p, f, gl, row_begin, group_rows, m_warp - lane / 4, n0, n_out, lane);
+      store_e4m3_blocks<kOutW, kPaired>(p, f, gl, row_begin, group_rows, m_warp - lane / 4, n0, n_out, lane, warp_in_group,
+                                        exchange, consumer);
     else
-      store_e4m3_blocks<kOutW>(p, f, acc, row_begin, group_rows, m_warp - lane / 4, n0, n_out, lane);
+      store_e4m3_blocks<kOutW, kPaired>(p, f, acc, row_begin, group_rows, m_warp - lane / 4, n0, n_out, lane, warp_in_group,
+                                        exchange, consumer);
   } else if constexpr (Fuse::glu) {
     store_fused<kTypeC, kOutW, kStaged, Fuse>(p, f, tma_c, gl, staging, row_begin, group_rows, m_first, rows, n0, n_out,
                                               warp_in_group, lane, barrier_id, c_state);
