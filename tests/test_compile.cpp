@@ -730,8 +730,8 @@ TEST_CASE("routing kernels compile for sm_90a and sm_80 without spills or local 
     } else if (specs[i].op == RoutingSpec::Op::combine) {
       CHECK(sass.find("LDG.E.128") != std::string::npos);  // 16-byte loads
     } else {
-      CHECK(sass.find("REDUX") != std::string::npos);  // the block's amax in one warp reduction
-      CHECK(sass.find(specs[i].input == DType::f32 ? "LDG.E.128" : "LDG.E.64") != std::string::npos);
+      CHECK(sass.find("SHFL.BFLY") != std::string::npos);  // the block's amax over a half-warp
+      CHECK(sass.find("LDG.E.128") != std::string::npos);  // 16-byte loads, 8 elements per lane (two for f32)
     }
     max_ms = std::max(max_ms, results[i].wall_ms);
     total_ms += results[i].wall_ms;

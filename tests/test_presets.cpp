@@ -139,8 +139,26 @@ Expected what_the_layer_requests(const ModelPreset& p, const Arch& arch, int sms
               ++e.unavailable;  // the runtime cannot launch it either
             }
           }
+  // An FP8 layer's GEMM1 with a GLU writes h quantized (c=e4m3), gathering x's rows itself or after
+  // quantize_activations_fp8 permuted them (examples/moe_layer --weights e4m3, --fp8-gather).
+  const bool fp8 = std::find(p.dtypes.begin(), p.dtypes.end(), DType::e4m3) != p.dtypes.end();
+  if (fp8 && p.up_fusion && p.up_fusion->glu_activation())
+    for (bool gather : {true, false})
+      for (GroupLayout layout : p.layouts)
+        for (int tokens : p.tokens) {
+          Fusion f = *p.up_fusion;
+          f.gather_a = f.gather_a && gather;
+          std::vector<int> groups;
+          GroupedGemmArgs args = layer_args(p, true, DType::e4m3, std::nullopt, layout, tokens, f, counts_of(p, tokens), groups);
+          args.c_type = DType::e4m3;
+          try {
+            add(e.gemms, rt->choose_spec(args));
+          } catch (const SpecError&) {
+            ++e.unavailable;
+          }
+        }
   // An FP8 layer quantizes x and h (bf16) on the GPU before its GEMMs (examples/moe_layer --weights e4m3).
-  if (std::find(p.dtypes.begin(), p.dtypes.end(), DType::e4m3) != p.dtypes.end()) {
+  if (fp8) {
     QuantizeFp8Args q;
     q.input_type = DType::bf16;
     add(e.routing, RoutingSpec::for_quantize_fp8(q, arch));

@@ -223,26 +223,45 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
   if (p.layer()) variants.push_back({p.up_fusion.value_or(Fusion{}), p.down_fusion.value_or(Fusion{})});
   if (p.plain) variants.push_back({Fusion{}, Fusion{}});
   std::vector<DType> combine_inputs;
+  auto add_gemm = [&](const LayerGemmCall& call, LayerGemm gemm) {
+    try {
+      KernelSpec spec = rt->choose_spec(call.args);
+      // Another routing may pick the spec's split=tail twin (heuristics/config.hpp).
+      for (const KernelSpec& s : routing_variants(spec, call.args.k))
+        if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
+      return std::optional<KernelSpec>(spec);
+    } catch (const SpecError& e) {
+      std::string line = fmt::format("{}: {}", gemm == LayerGemm::up ? "up" : "down", e.what());
+      if (std::find(plan.unavailable.begin(), plan.unavailable.end(), line) == plan.unavailable.end())
+        plan.unavailable.push_back(line);
+      return std::optional<KernelSpec>();
+    }
+  };
   for (auto [up_fusion, down_fusion] : variants)
     for (auto [dtype, b_type] : formats)
       for (GroupLayout layout : p.layouts)
         for (int tokens : p.tokens)
           for (auto [gemm, fusion] : {std::pair{LayerGemm::up, up_fusion}, std::pair{LayerGemm::down, down_fusion}}) {
             LayerGemmCall call = layer_gemm_call(p, gemm, dtype, b_type, layout, tokens, fusion);
-            try {
-              KernelSpec spec = rt->choose_spec(call.args);
-              // Another routing may pick the spec's split=tail twin (heuristics/config.hpp).
-              for (const KernelSpec& s : routing_variants(spec, call.args.k))
-                if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
-              if (gemm == LayerGemm::down && fusion.scatter_c && !fusion.atomic &&
-                  std::find(combine_inputs.begin(), combine_inputs.end(), spec.c) == combine_inputs.end())
-                combine_inputs.push_back(spec.c);
-            } catch (const SpecError& e) {
-              std::string line = fmt::format("{}: {}", gemm == LayerGemm::up ? "up" : "down", e.what());
-              if (std::find(plan.unavailable.begin(), plan.unavailable.end(), line) == plan.unavailable.end())
-                plan.unavailable.push_back(line);
-            }
+            std::optional<KernelSpec> spec = add_gemm(call, gemm);
+            if (spec && gemm == LayerGemm::down && fusion.scatter_c && !fusion.atomic &&
+                std::find(combine_inputs.begin(), combine_inputs.end(), spec->c) == combine_inputs.end())
+              combine_inputs.push_back(spec->c);
           }
+  // FP8 layers whose up GEMM ends in a GLU: that GEMM writing its output quantized (c=e4m3, the down
+  // GEMM's A and scales: examples/moe_layer's FP8 layer), gathered, and without the gather for
+  // engines that permute x as they quantize it (quantize_activations_fp8 with gather_rows).
+  if (p.up_fusion && p.up_fusion->glu_activation() && std::find(p.dtypes.begin(), p.dtypes.end(), DType::e4m3) != p.dtypes.end()) {
+    Fusion permuted = *p.up_fusion;
+    permuted.gather_a = false;
+    for (const Fusion& fusion : {*p.up_fusion, permuted})
+      for (GroupLayout layout : p.layouts)
+        for (int tokens : p.tokens) {
+          LayerGemmCall call = layer_gemm_call(p, LayerGemm::up, DType::e4m3, std::nullopt, layout, tokens, fusion);
+          call.args.c_type = DType::e4m3;
+          add_gemm(call, LayerGemm::up);
+        }
+  }
   if (p.routing) {
     for (DType logits : p.logits) {
       RoutingArgs r;

@@ -279,8 +279,9 @@ void quantize_activations_fp8(Runtime& rt, const QuantizeFp8Args& a, Stream stre
   p.k_blocks = (a.k + 127) / 128;
   p.blocks = a.rows * p.k_blocks;
   runtime_make_current(rt);
-  // One warp per 128-wide block of a row.
-  launch(rt, function_of(rt, spec, kQuantizeFp8), static_cast<unsigned>((p.blocks + kThreads / 32 - 1) / (kThreads / 32)), &p,
+  // Eight 128-wide blocks per warp (a half-warp per block, four steps: routing.cuh).
+  constexpr long long kBlocksPerCta = (kThreads / 32) * 8;
+  launch(rt, function_of(rt, spec, kQuantizeFp8), static_cast<unsigned>((p.blocks + kBlocksPerCta - 1) / kBlocksPerCta), &p,
          stream);
 }
 
