@@ -689,6 +689,17 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
       plain_ms[which].push_back(ms);
     }
   }
+  // FP8: x's quantization alone, as GEMM1's stage runs it (permuting or not).
+  std::vector<float> quantize_ms;
+  for (int i = 0; fp8 && i < reps + 3; ++i) {
+    cudaEventRecord(ev[0]);
+    quantize_activations_fp8(rt, qx, nullptr);
+    cudaEventRecord(ev[1]);
+    check_cuda(cudaEventSynchronize(ev[1]), "quantize x");
+    float ms;
+    cudaEventElapsedTime(&ms, ev[0], ev[1]);
+    if (i >= 3) quantize_ms.push_back(ms);
+  }
   double flops = 2.0 * rows * (2.0 * I * H + (double)H * I);
   float total = median(t.total);
   fmt::print("{},{},route,{:.4f}\n{},{},gemm1,{:.4f}\n{},{},gemm2,{:.4f}\n{},{},combine,{:.4f}\n{},{},layer,{:.4f}\n", m.name,
@@ -698,6 +709,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
              median(plain_ms[1]));
   fmt::print("{},{},layer_chained,{:.4f}\n{},{},layer_graph,{:.4f}\n", m.name, tokens, median(chained), m.name, tokens,
              median(graphed));
+  if (fp8) fmt::print("{},{},quantize_x,{:.4f}\n", m.name, tokens, median(quantize_ms));
   fmt::print(stderr,
              "{} tokens {}: layer {:.3f} ms ({:.1f} TFLOP/s; back to back {:.3f}, in a graph {:.3f}), route {:.3f}, gemm1 {:.3f} (plain {:.3f}: {:+.1f}%), gemm2 {:.3f} "
              "(plain {:.3f}: {:+.1f}%), combine {:.3f}; checked {} tokens: rel_err {:.2e}, nan {}, routing mismatches {} -> {}\n"
