@@ -289,8 +289,9 @@ TEST_CASE("combine matches the reference: types, weights, dropped slots", "[gpu]
 
 // FP8 activations: the kernel's codes and scales are moejit::quantize_fp8's (block_1x128, scales by
 // fp8_kernel_scales_a) bit for bit, on values spread over 2^-16..2^16 per row, with all-zero
-// blocks, infinities (left out of the amax, saturated to +-448), E4M3 subnormals and a partial
-// last block; outputs poisoned first (0xFF: a NaN code, and NaN scales).
+// blocks, infinities (left out of the amax, saturated to +-448), NaNs (left out of the amax, coded
+// sign | 0x7F), E4M3 subnormals and a partial last block; outputs poisoned first (0xFF: a NaN code,
+// and NaN scales).
 TEST_CASE("quantize_activations_fp8 matches the host quantizer bit for bit", "[gpu][routing][fp8]") {
   runtime();
   for (DType in : {DType::bf16, DType::f16, DType::f32})
@@ -309,6 +310,7 @@ TEST_CASE("quantize_activations_fp8 matches the host quantizer bit for bit", "[g
           if (r % 7 == 3 && c < 128) v = 0.f;                       // an all-zero block
           if (r % 11 == 5 && c % 128 == 9) v = r % 2 ? -INFINITY : INFINITY;  // not in the amax
           if (r % 5 == 2 && c % 128 > 64) v *= 1e-4f;               // E4M3 subnormals beside the amax
+          if (r % 13 == 6 && c % 128 == 17) v = std::copysign(std::nanf(""), r % 2 ? -1.f : 1.f);  // NaN: sign | 0x7F
           values[(std::size_t)r * k + c] = v;
         }
       }

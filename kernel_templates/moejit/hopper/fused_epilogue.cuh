@@ -11,6 +11,7 @@
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
 #include "moejit/common/fusion.cuh"
+#include "moejit/common/e4m3.cuh"
 #include "moejit/hopper/tma.cuh"
 #include "moejit/hopper/epilogue.cuh"
 #include "moejit/hopper/smem.cuh"
@@ -156,8 +157,8 @@ __device__ __forceinline__ void store_fused(const GroupedGemmParams& p, const Fu
 // 1x128 blocks as quantize_activations_fp8 does, then stored as E4M3 codes with one fp32 scale per
 // row and block (f.c_scales[block][row]): a row's 128 columns of one block lie in the 4 lanes of a
 // quad (32 each), so its amax is the lane's maximum and two xor-shuffles. Scale = amax / 448 over
-// the finite values (1 for an all-zero block); codes = value * (1 / scale), rounded to E4M3 with
-// saturation (NaN stays NaN). Columns at or past n_out (ragged N; split-GLU columns past n/2) are
+// the finite values (1 for an all-zero block); codes: the host quantizer's (common/e4m3.cuh: the
+// quotient correctly rounded, then E4M3 with saturation; NaN -> sign | 0x7F). Columns at or past n_out (ragged N; split-GLU columns past n/2) are
 // left out of the amax and not stored. Stores: per 64 columns a lane packs 4 words of code pairs,
 // a quad transpose and 4 byte permutes give it 16 consecutive codes: one 16-byte store per lane.
 // kPaired (64x256 tiles with a GLU: the two consumers hold the two 64-column halves of one block
@@ -206,24 +207,21 @@ __device__ __forceinline__ void store_e4m3_blocks(const GroupedGemmParams& p, co
       const long long row = (long long)row_begin + m;
       const float amax = __uint_as_float(amax_bits[h]);
       const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
-      const float inv = __fdiv_rn(1.f, scale);
       if (row_valid && q == 0 && block_col % 128 == 0 && block_col < n_out)
         f.c_scales[(long long)(block_col / 128) * p.total_rows + row] = scale;
 #pragma unroll
       for (int g = 0; g < kBlockCols / 64; ++g) {  // 64-column groups of the block
+        float x[16], quot[16];  // this row's 16 values of the group: pairs of columns 8j + 2q + {0, 1}
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          const int j = kBlockCols / 8 * b + 8 * g + t;
+          x[2 * t] = v[4 * j + 2 * h], x[2 * t + 1] = v[4 * j + 2 * h + 1];
+        }
+        divide_by_scale<16>(x, scale, quot);
         unsigned w[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          unsigned pair[2];
-#pragma unroll
-          for (int t = 0; t < 2; ++t) {
-            const int j = kBlockCols / 8 * b + 8 * g + 2 * i + t;
-            unsigned short bits;
-            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(bits) : "f"(v[4 * j + 2 * h + 1] * inv), "f"(v[4 * j + 2 * h] * inv));
-            pair[t] = bits;
-          }
-          w[i] = pair[0] | pair[1] << 16;  // columns 16i + 2q + {0, 1} and 16i + 8 + 2q + {0, 1}
-        }
+        for (int i = 0; i < 4; ++i)  // columns 16i + 2q + {0, 1} and 16i + 8 + 2q + {0, 1}
+          w[i] = e4m3x2(quot[4 * i], quot[4 * i + 1]) | e4m3x2(quot[4 * i + 2], quot[4 * i + 3]) << 16;
         quad_transpose(w, lane);  // w[i]: lane i's word q
         const uint4 out = make_uint4(__byte_perm(w[0], w[1], 0x5410), __byte_perm(w[2], w[3], 0x5410),
                                      __byte_perm(w[0], w[1], 0x7632), __byte_perm(w[2], w[3], 0x7632));

@@ -15,6 +15,7 @@
 //                scatter one CTA per tokens_per_cta tokens: ranks within the CTA, row arrays
 #pragma once
 #include "moejit/common/types.cuh"
+#include "moejit/common/e4m3.cuh"
 #include "moejit/routing_params.cuh"
 
 namespace moejit::routing {
@@ -489,27 +490,6 @@ __device__ __forceinline__ void combine(const CombineParams& p) {
 
 // ---- FP8 activations: a half-warp per 128-wide K block of a row, 8 elements per lane -------------
 
-// float -> E4M3 (OCP e4m3fn), round to nearest even, saturating to +-448 (no infinity in E4M3; NaN
-// -> 0x7F with its sign): the steps of the host's float_to_e4m3 (formats.cpp), so that both give
-// the same bits. The scaling by a power of two is exact.
-__device__ __forceinline__ unsigned e4m3_code(float value) {
-  const unsigned bits = __float_as_uint(value);
-  const unsigned sign = (bits >> 24) & 0x80u;
-  const float a = fabsf(value);
-  if (a != a) return sign | 0x7Fu;
-  if (a >= 448.f) return sign | 0x7Eu;
-  const int exp = a < 0.015625f ? -6 : (int)((bits >> 23) & 0xFFu) - 127;  // 2^-6: E4M3's smallest normal
-  const unsigned steps = __float2uint_rn(__fmul_rn(a, __uint_as_float((unsigned)(127 + 3 - exp) << 23)));
-  return sign | (((unsigned)(exp + 6) << 3) + steps);
-}
-
-// Blocks a warp quantizes: two at a time (a half-warp each, 8 elements per lane in one 16-byte
-// load), kQuantizeSteps steps with every load issued before the first block's math (loads in flight
-// per lane, not per warp, are what a copy-like kernel needs; v28: one warp per block with 8-byte
-// loads ran near 1.3 TB/s).
-constexpr int kQuantizeSteps = 4;
-constexpr int kQuantizeBlocksPerWarp = 2 * kQuantizeSteps;
-
 template <int kIn>
 __device__ __forceinline__ void quantize_fp8(const QuantizeFp8Params& p) {
   const long long warp = static_cast<long long>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -556,9 +536,11 @@ __device__ __forceinline__ void quantize_fp8(const QuantizeFp8Params& p) {
     const float amax = __uint_as_float(amax_bits);
     const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
     if (valid[step] && col < p.k) {
-      unsigned codes[2] = {0u, 0u};
+      float q[8];
+      divide_by_scale<8>(v[step], scale, q);
+      unsigned codes[2];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) codes[i / 4] |= e4m3_code(__fdiv_rn(v[step][i], scale)) << (8 * (i % 4));
+      for (int w = 0; w < 2; ++w) codes[w] = e4m3x2(q[4 * w], q[4 * w + 1]) | e4m3x2(q[4 * w + 2], q[4 * w + 3]) << 16;
       *reinterpret_cast<uint2*>(p.output + row * p.k + col) = make_uint2(codes[0], codes[1]);
     }
     if (valid[step] && part == 0) p.scales[static_cast<long long>(kb) * p.rows + row] = scale;
