@@ -30,9 +30,10 @@
 // GEMM1's rows (--fp8-gather): `quantize` permutes x as it quantizes it (gather_rows: A in routed
 // order, then a GEMM1 without gather on the dynamic scheduler); `gemm` quantizes x in token order
 // and GEMM1 gathers (fuse=gather: the static scheduler on 128x256). `auto` (the default) takes
-// `quantize` where GEMM1's N >= 4096 with >= 64 rows per expert, else `gemm`: the permuted copy
-// (3 bytes per element of A) costs less than the static scheduler only on wide compute-bound GEMMs
-// (H100, docs/perf.md v28: DeepSeek-V3 at 4096 tokens 0.90x the time of `gemm`, Qwen3 1.1-1.4x).
+// `quantize` where GEMM1's N >= 4096 with >= 16 rows per expert, else `gemm`: the permuted copy
+// (3 bytes per element of A) costs less than the gathering GEMM only on wide GEMMs (H100,
+// docs/perf.md v28: DeepSeek-V3 and gpt-oss layers at 1024-16384 tokens 0.90-0.96x the time of
+// `gemm`; Qwen3, N = 1536, 1.03-1.13x).
 // h (--fp8-h): `gemm1` (the default) has GEMM1 write it quantized (c=e4m3: E4M3 codes and 1x128
 // scales from its epilogue, GEMM2's A as it is); `quantize` writes bf16 h and quantizes it in a
 // pass of its own.
@@ -303,7 +304,7 @@ struct Fp8Options {
 Fp8Options resolved(Fp8Options o, const LayerModel& m, int tokens) {
   if (o.gather == Fp8Gather::automatic) {
     const double rows_per_expert = (double)tokens * m.top_k / m.experts;
-    o.gather = 2 * m.intermediate >= 4096 && rows_per_expert >= 64 ? Fp8Gather::quantize : Fp8Gather::gemm;
+    o.gather = 2 * m.intermediate >= 4096 && rows_per_expert >= 16 ? Fp8Gather::quantize : Fp8Gather::gemm;
   }
   return o;
 }
