@@ -142,6 +142,58 @@ __device__ __forceinline__ void store_accumulators(const GroupedGemmParams& p, c
 constexpr unsigned kCStageChunkBytes = 64 * 128;
 constexpr unsigned kCStageBytesPerConsumer = 2 * kCStageChunkBytes;
 
+// The next chunk buffer of this warpgroup's staging, once every TMA store that read it has read it
+// (the leader waits, then the warpgroup syncs): see above. whole: the slice has all 64 rows.
+__device__ __forceinline__ unsigned acquire_c_chunk(unsigned staging, unsigned& state, bool whole, bool leader,
+                                                    int barrier_id) {
+  const unsigned buf = staging + c_staging_buffer(state) * kCStageChunkBytes;
+  const bool wait_all = c_staging_wait_all(state);
+  state = c_staging_next(state, whole);
+  if (leader) {
+    if (wait_all)
+      tma_store_wait_read<0>();
+    else
+      tma_store_wait_read<1>();
+  }
+  named_barrier_sync<128>(barrier_id);
+  return buf;
+}
+
+// A written chunk (64 rows x 128 bytes, 128-byte swizzle) to C: by one TMA store where the slice has
+// all 64 rows, else by the threads, 16 bytes at a time with a per-row predicate. row: the slice's
+// first row of C; col: the chunk's first column (in elements of kElemBytes); n: columns of C.
+template <int kElemBytes>
+__device__ __forceinline__ void flush_c_chunk(void* c, const TmaDescriptor& tma_c, unsigned buf, int row, int rows, int col,
+                                              int n, bool whole, bool leader, int warp_in_group, int lane, int barrier_id) {
+  if (whole) {
+    fence_proxy_async_shared();
+    named_barrier_sync<128>(barrier_id);
+    if (leader) {
+      tma_store_2d(tma_c, buf, col, row);
+      tma_store_commit();
+    }
+  } else {
+    // 64 rows x 8 units of 16 bytes; 8 consecutive threads write one row's 128 bytes. The
+    // barrier at the next use of this buffer (two chunks on) orders these reads before it.
+    named_barrier_sync<128>(barrier_id);
+    const int thread = warp_in_group * 32 + lane;
+    const int unit = thread % 8;
+    const int unit_col = col + unit * (16 / kElemBytes);
+    // A rows loop, not unrolled: four unrolled copies per chunk cost ~25 ms of NVVM time in
+    // every compile (docs/perf.md, JIT latency) for a path only group-end slices take.
+    if (unit_col < n) {
+#pragma unroll 1
+      for (int r = thread / 8; r < rows; r += 16) {
+        uint4 v;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(buf + r * 128 + ((unit ^ (r % 8)) * 16)));
+        *reinterpret_cast<uint4*>(static_cast<unsigned char*>(c) + (static_cast<long long>(row + r) * n + unit_col) * kElemBytes) = v;
+      }
+    }
+  }
+}
+
 // staging: this warpgroup's two chunk buffers (1024-byte aligned); row: first row of the slice
 // in C (absolute); rows: its rows inside the group (1..64); n0: its first column; n: columns of C (chunks wholly past it are skipped, the
 // map clips the rest); barrier_id: this warpgroup's named barrier; state: the buffers' state
@@ -161,16 +213,7 @@ __device__ __forceinline__ void store_accumulators_staged(const GroupedGemmParam
 #pragma unroll
   for (int chunk = 0; chunk < kWgN / kChunkCols; ++chunk) {
     if (n0 + chunk * kChunkCols >= n) break;  // uniform over the warpgroup
-    const unsigned buf = staging + c_staging_buffer(state) * kCStageChunkBytes;
-    const bool wait_all = c_staging_wait_all(state);
-    state = c_staging_next(state, whole);
-    if (leader) {
-      if (wait_all)
-        tma_store_wait_read<0>();
-      else
-        tma_store_wait_read<1>();
-    }
-    named_barrier_sync<128>(barrier_id);
+    const unsigned buf = acquire_c_chunk(staging, state, whole, leader, barrier_id);
     if constexpr (kTypeC == kF32) {
       // Lane: row lane/4 (+8), columns 2(lane%4), +1 of each 8-column group: 8 bytes inside
       // 16-byte unit (2 j + (lane%4)/2) of the 128-byte row; the swizzle XORs the unit with row % 8.
@@ -207,33 +250,8 @@ __device__ __forceinline__ void store_accumulators_staged(const GroupedGemmParam
                      : "memory");
       }
     }
-    if (whole) {
-      fence_proxy_async_shared();
-      named_barrier_sync<128>(barrier_id);
-      if (leader) {
-        tma_store_2d(tma_c, buf, n0 + chunk * kChunkCols, row);
-        tma_store_commit();
-      }
-    } else {
-      // 64 rows x 8 units of 16 bytes; 8 consecutive threads write one row's 128 bytes. The
-      // barrier at the next use of this buffer (two chunks on) orders these reads before it.
-      named_barrier_sync<128>(barrier_id);
-      const int thread = warp_in_group * 32 + lane;
-      const int unit = thread % 8;
-      const int col = n0 + chunk * kChunkCols + unit * (16 / (int)sizeof(T));
-      // A rows loop, not unrolled: four unrolled copies per chunk cost ~25 ms of NVVM time in
-      // every compile (docs/perf.md, JIT latency) for a path only group-end slices take.
-      if (col < n) {
-#pragma unroll 1
-        for (int r = thread / 8; r < rows; r += 16) {
-          uint4 v;
-          asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                       : "r"(buf + r * 128 + ((unit ^ (r % 8)) * 16)));
-          *reinterpret_cast<uint4*>(static_cast<T*>(p.c) + static_cast<long long>(row + r) * n + col) = v;
-        }
-      }
-    }
+    flush_c_chunk<sizeof(T)>(p.c, tma_c, buf, row, rows, n0 + chunk * kChunkCols, n, whole, leader, warp_in_group, lane,
+                             barrier_id);
   }
 }
 

@@ -165,18 +165,29 @@ __device__ __forceinline__ void store_fused(const GroupedGemmParams& p, const Fu
 // for the same 64 rows): each consumer's row amax goes through shared memory (`exchange`, 512
 // bytes: the C staging the E4M3 path does not use) between two syncs of named barrier 3 over both
 // consumers; consumer 0 (n0 % 128 == 0) writes the scale.
-template <int kW, bool kPaired>
+// kStagedStore (the spec stages C, not paired): a block's 64 rows x 128 codes are one chunk of the C
+// staging (epilogue.cuh), written with the 128-byte swizzle and taken to C by a TMA store (or, for a
+// slice that crosses its group's end, by the threads), so that the consumers do not wait on global
+// stores; its TMA map has 64 x 128-byte boxes of C's codes (runtime.cpp).
+template <int kW, bool kPaired, bool kStagedStore>
 __device__ __forceinline__ void store_e4m3_blocks(const GroupedGemmParams& p, const FusionParams& f,
                                                   const float (&v)[kW / 2], int row_begin, int group_rows, int m_warp,
                                                   int n0, int n_out, int lane, int warp_in_group, unsigned exchange,
-                                                  int consumer) {
+                                                  int consumer, const TmaDescriptor& tma_c, unsigned staging, int rows,
+                                                  int barrier_id, unsigned& c_state) {
   constexpr int kBlockCols = kPaired ? 64 : 128;  // this slice's columns of one scale block
   static_assert(kW % kBlockCols == 0, "c=e4m3: a consumer slice of whole 128-column blocks (or paired halves)");
+  static_assert(!(kPaired && kStagedStore), "paired halves exchange through the staging: direct stores");
   const int q = lane % 4;
   unsigned char* const c = static_cast<unsigned char*>(p.c);
+  const bool leader = warp_in_group == 0 && lane == 0;
+  const bool whole = rows == 64;  // uniform over the warpgroup
 #pragma unroll
   for (int b = 0; b < kW / kBlockCols; ++b) {
     const int block_col = n0 + kBlockCols * b;  // this slice's first column of the block
+    if (kStagedStore && block_col >= n_out) break;  // uniform over the warpgroup
+    unsigned buf = 0;
+    if constexpr (kStagedStore) buf = acquire_c_chunk(staging, c_state, whole, leader, barrier_id);
     unsigned amax_bits[2] = {0u, 0u};  // rows h = 0, 1; non-negative floats order as their bits
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -231,9 +242,20 @@ __device__ __forceinline__ void store_e4m3_blocks(const GroupedGemmParams& p, co
         const uint4 out = make_uint4(__byte_perm(w[0], w[1], 0x5410), __byte_perm(w[2], w[3], 0x5410),
                                      __byte_perm(w[0], w[1], 0x7632), __byte_perm(w[2], w[3], 0x7632));
         const int col = block_col + 64 * g + 16 * q;
-        if (row_valid && col < n_out) *reinterpret_cast<uint4*>(c + row * n_out + col) = out;
+        if constexpr (kStagedStore) {
+          const int r = warp_in_group * 16 + lane / 4 + 8 * h;  // the slice's row
+          const unsigned unit = 4 * g + q;                      // 16-byte unit of the 128-byte row
+          asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(buf + r * 128 + ((unit ^ (r % 8)) * 16)),
+                       "r"(out.x), "r"(out.y), "r"(out.z), "r"(out.w)
+                       : "memory");
+        } else {
+          if (row_valid && col < n_out) *reinterpret_cast<uint4*>(c + row * n_out + col) = out;
+        }
       }
     }
+    if constexpr (kStagedStore)
+      flush_c_chunk<1>(p.c, tma_c, buf, row_begin + m_warp - warp_in_group * 16, rows, block_col, n_out, whole, leader,
+                       warp_in_group, lane, barrier_id);
   }
 }
 
@@ -300,12 +322,15 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
     static_assert(!kPaired || kStaged, "c=e4m3 on paired halves: the exchange lives in the C staging");
     const int consumer = barrier_id - 1;
     const unsigned exchange = staging - consumer * kCStageBytesPerConsumer;
+    constexpr bool kStagedStore = kStaged && !kPaired;
     if constexpr (Fuse::glu)
-      store_e4m3_blocks<kOutW, kPaired>(p, f, gl, row_begin, group_rows, m_warp - lane / 4, n0, n_out, lane, warp_in_group,
-                                        exchange, consumer);
+      store_e4m3_blocks<kOutW, kPaired, kStagedStore>(p, f, gl, row_begin, group_rows, m_warp - lane / 4, n0, n_out, lane,
+                                                      warp_in_group, exchange, consumer, tma_c, staging, rows, barrier_id,
+                                                      c_state);
     else
-      store_e4m3_blocks<kOutW, kPaired>(p, f, acc, row_begin, group_rows, m_warp - lane / 4, n0, n_out, lane, warp_in_group,
-                                        exchange, consumer);
+      store_e4m3_blocks<kOutW, kPaired, kStagedStore>(p, f, acc, row_begin, group_rows, m_warp - lane / 4, n0, n_out, lane,
+                                                      warp_in_group, exchange, consumer, tma_c, staging, rows, barrier_id,
+                                                      c_state);
   } else if constexpr (Fuse::glu) {
     store_fused<kTypeC, kOutW, kStaged, Fuse>(p, f, tma_c, gl, staging, row_begin, group_rows, m_first, rows, n0, n_out,
                                               warp_in_group, lane, barrier_id, c_state);

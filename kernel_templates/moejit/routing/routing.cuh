@@ -429,6 +429,10 @@ __device__ __forceinline__ void widen_pair(unsigned word, float& lo, float& hi) 
   } else {
     asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"(static_cast<unsigned short>(word & 0xffffu)));
     asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"(static_cast<unsigned short>(word >> 16)));
+    // The conversion returns a NaN without its sign; the host's widening keeps it (and the FP8
+    // quantizer codes a NaN as its sign | 0x7F).
+    if (lo != lo) lo = __uint_as_float(__float_as_uint(lo) | (word & 0x8000u) << 16);
+    if (hi != hi) hi = __uint_as_float(__float_as_uint(hi) | (word & 0x80000000u));
   }
 }
 
