@@ -34,8 +34,9 @@ constexpr int kQuantizeBlocksPerWarp = 2 * kQuantizeSteps;
 // large enough to give a nonzero code), and q1 + residual·y rounds to the correctly rounded
 // quotient (Markstein's theorem). An infinite v stays infinite (its residual would be NaN), and a
 // NaN v is passed on as it is (GPU arithmetic returns a NaN without its sign, and the host's code
-// keeps the sign). Three instructions a value instead of a division's ~20 (its range check and
-// slow-path branch); scales under 2^-100 (blocks of values under ~4e-28) divide.
+// keeps the sign). The scale is positive, so the quotient has v's sign: copied from v, which keeps
+// a -0 negative (its Markstein sum is +0). Four instructions a value instead of a division's ~20
+// (its range check and slow-path branch); scales under 2^-100 (blocks of values under ~4e-28) divide.
 template <int kN>
 __device__ __forceinline__ void divide_by_scale(const float (&v)[kN], float scale, float (&q)[kN]) {
   if (scale >= 0x1p-100f) {
@@ -43,7 +44,8 @@ __device__ __forceinline__ void divide_by_scale(const float (&v)[kN], float scal
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
       const float q1 = __fmul_rn(v[i], y);
-      q[i] = fabsf(q1) <= 3.402823466e38f ? __fmaf_rn(__fmaf_rn(-q1, scale, v[i]), y, q1) : q1 != q1 ? v[i] : q1;
+      q[i] = fabsf(q1) <= 3.402823466e38f ? copysignf(__fmaf_rn(__fmaf_rn(-q1, scale, v[i]), y, q1), v[i])
+                                          : q1 != q1 ? v[i] : q1;
     }
   } else {
 #pragma unroll

@@ -429,7 +429,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       const unsigned my_staging = c_staging + consumer * kCStageBytesPerConsumer;
       if constexpr (Fuse::epilogue || kTypeC == kE4M3) {
         // Unstaged: direct stores (tma_c and the barrier id go unused). c=e4m3: quantized there.
-        fused_epilogue<kTypeC, kWgN, kStaged, Fuse, kSplitN>(p, *f, tma_c, acc, my_staging, tile.group, tile.row_begin,
+        // c=e4m3 staged for TMA stores on the static scheduler only (fused_epilogue).
+        fused_epilogue<kTypeC, kWgN, kStaged, Fuse, kSplitN, !kDynamic>(p, *f, tma_c, acc, my_staging, tile.group, tile.row_begin,
                                                     tile.group_rows, m_first, min(tile.group_rows - m_first, 64),
                                                     tile.n_block * kBlockN, tile_col0, warp_in_group, lane,
                                                     1 + consumer, c_state);
