@@ -27,8 +27,9 @@
 // I % 128 == 0 (Qwen3, DeepSeek-V3) gate and up rows are the halves [gate; up] (glu=split, the
 // checkpoint's layout: its block scales cannot be interleaved), else interleaved (gpt-oss). The CPU
 // reference takes the same quantized weights, and quantizes x and its own h the same way.
-// GEMM1's rows (--fp8-gather): `quantize` permutes x as it quantizes it (gather_rows: A in routed
-// order, then a GEMM1 without gather on the dynamic scheduler); `gemm` quantizes x in token order
+// GEMM1's rows (--fp8-gather): `quantize` permutes x as it quantizes it (token-major, route()'s
+// row_of_slot: each x row quantized once and written to its top-k routed rows; then a GEMM1
+// without gather, on the dynamic scheduler); `gemm` quantizes x in token order
 // and GEMM1 gathers (fuse=gather: the static scheduler on 128x256). `auto` (the default) takes
 // `quantize` where GEMM1's N >= 4096 with >= 16 rows per expert, else `gemm`: the permuted copy
 // (3 bytes per element of A) costs less than the gathering GEMM only on wide GEMMs (H100,
@@ -462,6 +463,9 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   ra.routing_weights = static_cast<float*>(device_alloc(routed_rows(ra) * 4));
   ra.workspace_bytes = routing_workspace_bytes(ra);
   ra.workspace = device_alloc(ra.workspace_bytes);
+  // FP8 with x permuted by the quantizer: route() also gives each (token, slot) its routed row.
+  if (weights == DType::e4m3 && resolved(fp8_options, m, tokens).gather == Fp8Gather::quantize)
+    ra.row_of_slot = static_cast<int*>(device_alloc(rows * 4));
   void* d_h = device_alloc(rows * I * 2);    // GEMM1 output [rows, I]
   // --weights e4m3: x and h quantized on the GPU (1x128 blocks) before their GEMMs.
   const bool fp8 = weights == DType::e4m3;
@@ -519,7 +523,10 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   ca.output = d_out;
   QuantizeFp8Args qx, qh;
   qx.input = d_x, qx.rows = tokens, qx.k = H, qx.output = d_xq, qx.scales = d_xs;
-  if (fp8 && fp8_options.gather == Fp8Gather::quantize) qx.rows = rows, qx.gather_rows = ra.gather_rows, qx.num_tokens = tokens;  // permuted as quantized
+  if (fp8 && fp8_options.gather == Fp8Gather::quantize) {
+    // Permuted as quantized, token-major: each x row quantized once, written to its top-k routed rows.
+    qx.row_of_slot = ra.row_of_slot, qx.top_k = m.top_k, qx.out_rows = rows;
+  }
   qh.input = d_h, qh.rows = rows, qh.k = I, qh.output = d_hq, qh.scales = d_hs;
   // Each GEMM with its activations' quantization (--weights e4m3).
   auto gemm1 = [&](Stream s) {
@@ -721,7 +728,8 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
              routing_mismatches, ok ? "OK" : "MISMATCH", k1.spec().to_text(), k2.spec().to_text());
   for (auto& e : ev) cudaEventDestroy(e);
   for (void* p : {(void*)d_logits, (void*)d_x, (void*)ra.topk_ids, (void*)ra.topk_weights, (void*)ra.group_offsets,
-                  (void*)ra.gather_rows, (void*)ra.scatter_rows, (void*)ra.routing_weights, ra.workspace, d_h, d_y, d_out,
+                  (void*)ra.gather_rows, (void*)ra.scatter_rows, (void*)ra.routing_weights, (void*)ra.row_of_slot, ra.workspace,
+                  d_h, d_y, d_out,
                   d_a_plain, d_c_plain, d_xq, (void*)d_xs, d_hq, (void*)d_hs, (void*)d_w1s, (void*)d_w2s, d_a_plain_q,
                   (void*)d_a_plain_s})
     cudaFree(p);

@@ -407,3 +407,79 @@ TEST_CASE("quantize_activations_fp8 with gather_rows permutes as it quantizes", 
       CHECK(scale_mismatches == 0);
     }
 }
+
+// Token-major (row_of_slot): input row t is quantized once and written to its routed rows
+// row_of_slot[t * top_k + j]; dropped slots (-1) are skipped and rows no slot names stay poisoned.
+// Each written row is the host quantizer's row t, bit for bit.
+TEST_CASE("quantize_activations_fp8 with row_of_slot writes each token's routed rows", "[gpu][routing][fp8]") {
+  runtime();
+  for (DType in : {DType::bf16, DType::f16})
+    for (auto [tokens, top_k, k] : {std::tuple{1, 1, 128}, std::tuple{37, 8, 2048}, std::tuple{300, 4, 7168}}) {
+      INFO(fmt::format("{}: tokens {} top_k {} k {}", to_text(in), tokens, top_k, k));
+      std::mt19937 rng(tokens * 11 + top_k + k);
+      std::normal_distribution<float> normal;
+      const std::size_t count = (std::size_t)tokens * k;
+      std::vector<float> values(count);
+      for (auto& v : values) v = normal(rng) * 2.f;
+      std::vector<std::uint16_t> bits(count);
+      for (std::size_t i = 0; i < count; ++i) values[i] = from_half_bits(in, bits[i] = to_half_bits(in, values[i]));
+      // Routed rows: a permutation of the slots, some dropped (-1), 3 rows more than slots (never named).
+      const long long out_rows = (long long)tokens * top_k + 3;
+      std::vector<int> order(tokens * top_k);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<int> row_of_slot(tokens * top_k);
+      for (int sl = 0; sl < tokens * top_k; ++sl) row_of_slot[sl] = sl % 9 == 4 ? -1 : order[sl];
+      DeviceBuffer d_in(count * 2 + 16), d_slots(row_of_slot.size() * 4);
+      d_in.upload(bits.data(), count * 2);
+      d_slots.upload(row_of_slot.data(), row_of_slot.size() * 4);
+      const int k_blocks = (k + 127) / 128;
+      DeviceBuffer d_codes((std::size_t)out_rows * k + 16), d_scales((std::size_t)k_blocks * out_rows * 4 + 16);
+      MOEJIT_CU(driver().cuMemsetD8(d_codes.ptr(), 0xff, d_codes.bytes()));
+      MOEJIT_CU(driver().cuMemsetD8(d_scales.ptr(), 0xff, d_scales.bytes()));
+      QuantizeFp8Args q;
+      q.input = d_in.get();
+      q.input_type = in;
+      q.rows = tokens;
+      q.k = k;
+      q.output = d_codes.get();
+      q.scales = static_cast<float*>(d_scales.get());
+      q.row_of_slot = static_cast<const int*>(d_slots.get());
+      q.top_k = top_k;
+      q.out_rows = out_rows;
+      quantize_activations_fp8(runtime(), q, nullptr);
+      MOEJIT_CU(driver().cuCtxSynchronize());
+      Fp8Tensor ref = quantize_fp8(values.data(), QuantShape{1, tokens, k}, Fp8Scaling::block_1x128);
+      std::vector<float> ref_scales = fp8_kernel_scales_a(ref);  // [kb][tokens]
+      std::vector<std::uint8_t> codes((std::size_t)out_rows * k);
+      std::vector<float> scales((std::size_t)k_blocks * out_rows);
+      d_codes.download(codes.data(), codes.size());
+      d_scales.download(scales.data(), scales.size() * 4);
+      std::vector<int> token_of(out_rows, -1);
+      for (int sl = 0; sl < tokens * top_k; ++sl)
+        if (row_of_slot[sl] >= 0) token_of[row_of_slot[sl]] = sl / top_k;
+      std::size_t code_mismatches = 0, scale_mismatches = 0, untouched_changed = 0;
+      for (long long r = 0; r < out_rows; ++r) {
+        const int t = token_of[r];
+        for (int c = 0; c < k; ++c) {
+          const std::uint8_t got = codes[(std::size_t)r * k + c];
+          if (t < 0) untouched_changed += got != 0xff;
+          else code_mismatches += got != ref.data[(std::size_t)t * k + c];
+        }
+        for (int b = 0; b < k_blocks; ++b) {
+          std::uint32_t got;
+          std::memcpy(&got, &scales[(std::size_t)b * out_rows + r], 4);
+          if (t < 0) {
+            untouched_changed += got != 0xffffffffu;
+          } else {
+            std::uint32_t want;
+            std::memcpy(&want, &ref_scales[(std::size_t)b * tokens + t], 4);
+            scale_mismatches += got != want;
+          }
+        }
+      }
+      CHECK(code_mismatches == 0);
+      CHECK(scale_mismatches == 0);
+      CHECK(untouched_changed == 0);
+    }
+}

@@ -224,6 +224,14 @@ TEST_CASE("quantize_activations_fp8: spec text and argument checks", "[routing][
   expect("num_tokens=-1", [](QuantizeFp8Args& a) { a.gather_rows = reinterpret_cast<const int*>(buffer + 3072), a.num_tokens = -1; });
   expect("num_tokens=5 without gather_rows", [](QuantizeFp8Args& a) { a.num_tokens = 5; });
   expect("valid", [](QuantizeFp8Args& a) { a.gather_rows = reinterpret_cast<const int*>(buffer + 3072), a.num_tokens = 5; });
+  auto slots = [](QuantizeFp8Args& a) { a.row_of_slot = reinterpret_cast<const int*>(buffer + 3072), a.top_k = 2, a.out_rows = 8; };
+  expect("valid", slots);
+  expect("row_of_slot", [&](QuantizeFp8Args& a) { slots(a), a.row_of_slot = reinterpret_cast<const int*>(buffer + 3074); });
+  expect("top_k=0 with row_of_slot", [&](QuantizeFp8Args& a) { slots(a), a.top_k = 0; });
+  expect("out_rows=-1 with row_of_slot", [&](QuantizeFp8Args& a) { slots(a), a.out_rows = -1; });
+  expect("gather_rows and row_of_slot both set",
+         [&](QuantizeFp8Args& a) { slots(a), a.gather_rows = reinterpret_cast<const int*>(buffer + 3072), a.num_tokens = 5; });
+  expect("without row_of_slot", [](QuantizeFp8Args& a) { a.top_k = 2; });
 }
 
 TEST_CASE("routing codegen renders both instantiations", "[routing]") {

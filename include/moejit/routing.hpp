@@ -111,6 +111,14 @@ struct QuantizeFp8Args {
   // outside [0, num_tokens) (a padding row) gives zero codes and scale 1, as an all-zero row.
   const int* gather_rows = nullptr;  // [rows], 4-byte aligned
   int num_tokens = 0;
+  // Optional, the same permutation token-major (route()'s row_of_slot): input row t (of `rows`) is
+  // quantized once and written to output rows row_of_slot[t * top_k + j], j < top_k (a negative
+  // entry, a dropped pair, is skipped); output and scales then have out_rows rows (routed_rows),
+  // and rows no slot names are not written (contiguous routing without row padding names them
+  // all). x is read once instead of top_k times: the faster form (docs/perf.md v28).
+  const int* row_of_slot = nullptr;  // [rows, top_k], 4-byte aligned
+  int top_k = 0;
+  long long out_rows = 0;
 };
 
 // What decides a routing kernel binary; canonical text "routing:op=...", content-keyed like a

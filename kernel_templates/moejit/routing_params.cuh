@@ -53,6 +53,10 @@ struct QuantizeFp8Params {
   float* scales;           // [ceil(k / 128)][rows]
   const int* gather_rows;  // null, or [rows]: output row r reads input row gather_rows[r]
   long long num_tokens;    // input rows when gathering (an index outside [0, num_tokens): a zero row)
+  const int* row_of_slot;  // null, or [rows][top_k]: input row t goes to output rows row_of_slot[t][j] >= 0
+  long long out_rows;      // rows of the output and scales: rows, or (row_of_slot) the routed rows
+  int top_k;
+  int reserved0;
   long long rows;
   long long blocks;        // rows * ceil(k / 128): one warp each
   int k;                   // a multiple of 16

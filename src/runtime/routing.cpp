@@ -130,6 +130,15 @@ void validate_quantize_fp8(const QuantizeFp8Args& a) {
   } else if (a.num_tokens != 0) {
     bad(call, "num_tokens={} without gather_rows (the input has `rows` rows; set gather_rows to permute)", a.num_tokens);
   }
+  if (a.row_of_slot) {
+    if (a.gather_rows) bad(call, "gather_rows and row_of_slot both set (one permutation: output-major or token-major)");
+    check_pointer(call, a.row_of_slot, "row_of_slot", 4);
+    if (a.top_k < 1 || a.top_k > 32) bad(call, "top_k={} with row_of_slot (expected 1..32)", a.top_k);
+    if (a.out_rows < 0) bad(call, "out_rows={} with row_of_slot (expected the routed rows, >= 0)", a.out_rows);
+    if (a.rows * a.top_k > INT32_MAX) bad(call, "rows={} × top_k={}: more slots than 2^31 - 1", a.rows, a.top_k);
+  } else if (a.top_k != 0 || a.out_rows != 0) {
+    bad(call, "top_k={} / out_rows={} without row_of_slot (they describe its token-major permutation)", a.top_k, a.out_rows);
+  }
 }
 
 void launch(const Runtime& rt, CUfunction function, unsigned grid, void* params, Stream stream, unsigned threads = kThreads) {
@@ -274,6 +283,9 @@ void quantize_activations_fp8(Runtime& rt, const QuantizeFp8Args& a, Stream stre
   p.scales = a.scales;
   p.gather_rows = a.gather_rows;
   p.num_tokens = a.num_tokens;
+  p.row_of_slot = a.row_of_slot;
+  p.top_k = a.top_k;
+  p.out_rows = a.row_of_slot ? a.out_rows : a.rows;
   p.rows = a.rows;
   p.k = a.k;
   p.k_blocks = (a.k + 127) / 128;

@@ -545,9 +545,18 @@ __device__ __forceinline__ void quantize_fp8(const QuantizeFp8Params& p) {
       unsigned codes[2];
 #pragma unroll
       for (int w = 0; w < 2; ++w) codes[w] = e4m3x2(q[4 * w], q[4 * w + 1]) | e4m3x2(q[4 * w + 2], q[4 * w + 3]) << 16;
-      *reinterpret_cast<uint2*>(p.output + row * p.k + col) = make_uint2(codes[0], codes[1]);
+      if (p.row_of_slot) {  // token-major: this row to each of its routed rows
+        for (int j = 0; j < p.top_k; ++j) {
+          const int dest = __ldg(p.row_of_slot + row * p.top_k + j);
+          if (dest < 0) continue;
+          *reinterpret_cast<uint2*>(p.output + static_cast<long long>(dest) * p.k + col) = make_uint2(codes[0], codes[1]);
+          if (part == 0) p.scales[static_cast<long long>(kb) * p.out_rows + dest] = scale;
+        }
+      } else {
+        *reinterpret_cast<uint2*>(p.output + row * p.k + col) = make_uint2(codes[0], codes[1]);
+      }
     }
-    if (valid[step] && part == 0) p.scales[static_cast<long long>(kb) * p.rows + row] = scale;
+    if (valid[step] && part == 0 && !p.row_of_slot) p.scales[static_cast<long long>(kb) * p.out_rows + row] = scale;
   }
 }
 
