@@ -31,10 +31,9 @@
 // row_of_slot: each x row quantized once and written to its top-k routed rows; then a GEMM1
 // without gather, on the dynamic scheduler); `gemm` quantizes x in token order
 // and GEMM1 gathers (fuse=gather: the static scheduler on 128x256). `auto` (the default) takes
-// `quantize` where GEMM1's N >= 4096 with >= 16 rows per expert, else `gemm`: the permuted copy
-// (3 bytes per element of A) costs less than the gathering GEMM only on wide GEMMs (H100,
-// docs/perf.md v28: DeepSeek-V3 and gpt-oss layers at 1024-16384 tokens 0.90-0.96x the time of
-// `gemm`; Qwen3, N = 1536, 1.03-1.13x).
+// `quantize` from 16 rows per expert, else `gemm` (H100, docs/perf.md v28: 0.85-0.98x the layer's
+// time from 1024 tokens on Qwen3, gpt-oss and DeepSeek-V3; at 128 tokens and fewer the extra
+// launch made it 1.01-1.03x).
 // h (--fp8-h): `gemm1` (the default) has GEMM1 write it quantized (c=e4m3: E4M3 codes and 1x128
 // scales from its epilogue, GEMM2's A as it is); `quantize` writes bf16 h and quantizes it in a
 // pass of its own.
@@ -305,7 +304,7 @@ struct Fp8Options {
 Fp8Options resolved(Fp8Options o, const LayerModel& m, int tokens) {
   if (o.gather == Fp8Gather::automatic) {
     const double rows_per_expert = (double)tokens * m.top_k / m.experts;
-    o.gather = 2 * m.intermediate >= 4096 && rows_per_expert >= 16 ? Fp8Gather::quantize : Fp8Gather::gemm;
+    o.gather = rows_per_expert >= 16 ? Fp8Gather::quantize : Fp8Gather::gemm;
   }
   return o;
 }
@@ -600,7 +599,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
     d_a_plain_s = static_cast<float*>(device_alloc(rows * ((H + 127) / 128) * 4));
     QuantizeFp8Args qa = qx;
     qa.input = d_a_plain, qa.rows = rows, qa.output = d_a_plain_q, qa.scales = d_a_plain_s;
-    qa.gather_rows = nullptr, qa.num_tokens = 0;
+    qa.gather_rows = nullptr, qa.num_tokens = 0, qa.row_of_slot = nullptr, qa.top_k = 0, qa.out_rows = 0;  // A already permuted
     quantize_activations_fp8(rt, qa, nullptr);
     plain1.a = d_a_plain_q, plain1.a_scales = d_a_plain_s;
   }
