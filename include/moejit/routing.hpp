@@ -15,9 +15,10 @@
 //                              each row (DeepSeek-V3's 1x128 activations), scales [k/128][rows]:
 //                              the FP8 grouped GEMM's A and a_scales (x before a gathered GEMM1,
 //                              the GLU output before GEMM2). Bit for bit moejit::quantize_fp8 with
-//                              Fp8Scaling::block_1x128 and fp8_kernel_scales_a. With gather_rows
-//                              it permutes as it quantizes: x in token order -> GEMM1's A in routed
-//                              order, for a plain (not fuse=gather) FP8 GEMM1 (docs/design.md).
+//                              Fp8Scaling::block_1x128 and fp8_kernel_scales_a. With row_of_slot
+//                              (or gather_rows) it permutes as it quantizes: x in token order ->
+//                              GEMM1's A in routed order, for a GEMM1 without fuse=gather
+//                              (docs/design.md).
 //
 // reference::route / reference::combine are the CPU definitions the kernels are tested against.
 #pragma once
