@@ -462,14 +462,15 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   ra.routing_weights = static_cast<float*>(device_alloc(routed_rows(ra) * 4));
   ra.workspace_bytes = routing_workspace_bytes(ra);
   ra.workspace = device_alloc(ra.workspace_bytes);
-  // FP8 with x permuted by the quantizer: route() also gives each (token, slot) its routed row.
-  if (weights == DType::e4m3 && resolved(fp8_options, m, tokens).gather == Fp8Gather::quantize)
-    ra.row_of_slot = static_cast<int*>(device_alloc(rows * 4));
-  void* d_h = device_alloc(rows * I * 2);    // GEMM1 output [rows, I]
-  // --weights e4m3: x and h quantized on the GPU (1x128 blocks) before their GEMMs.
+  // --weights e4m3: x and h quantized on the GPU (1x128 blocks) before their GEMMs; x permuted to
+  // routed order as it is quantized (x_permuted), for which route() also gives each (token, slot)
+  // its routed row.
   const bool fp8 = weights == DType::e4m3;
   fp8_options = resolved(fp8_options, m, tokens);
-  const long long x_rows = fp8 && fp8_options.gather == Fp8Gather::quantize ? rows : tokens;  // quantized x: routed or token order
+  const bool x_permuted = fp8 && fp8_options.gather == Fp8Gather::quantize;
+  if (x_permuted) ra.row_of_slot = static_cast<int*>(device_alloc(rows * 4));
+  void* d_h = device_alloc(rows * I * 2);    // GEMM1 output [rows, I]
+  const long long x_rows = x_permuted ? rows : tokens;  // quantized x: routed or token order
   void* d_xq = fp8 ? device_alloc((std::size_t)x_rows * H) : nullptr;
   float* d_xs = fp8 ? static_cast<float*>(device_alloc((std::size_t)x_rows * ((H + 127) / 128) * 4)) : nullptr;
   void* d_hq = fp8 ? device_alloc(rows * I) : nullptr;
@@ -522,7 +523,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   ca.output = d_out;
   QuantizeFp8Args qx, qh;
   qx.input = d_x, qx.rows = tokens, qx.k = H, qx.output = d_xq, qx.scales = d_xs;
-  if (fp8 && fp8_options.gather == Fp8Gather::quantize) {
+  if (x_permuted) {
     // Permuted as quantized, token-major: each x row quantized once, written to its top-k routed rows.
     qx.row_of_slot = ra.row_of_slot, qx.top_k = m.top_k, qx.out_rows = rows;
   }
