@@ -168,6 +168,60 @@ std::vector<Case> model_cases() {
   };
 }
 
+// The three quantizer cases below share this: x (already rounded to `in`) goes up as `in`, the
+// outputs for `out_rows` rows are poisoned first (0xFF: a NaN code and NaN scales), and `q` (its
+// permutation fields set by the caller) runs with the buffers filled in; codes and scales
+// ([kb][out_rows]) come back.
+struct QuantizerOutput {
+  std::vector<std::uint8_t> codes;
+  std::vector<float> scales;
+};
+
+// Rounds `values` to `in` (bf16 / f16) in place and returns their bits (empty for f32).
+std::vector<std::uint16_t> round_to_input(DType in, std::vector<float>& values) {
+  if (in == DType::f32) return {};
+  std::vector<std::uint16_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = from_half_bits(in, bits[i] = to_half_bits(in, values[i]));
+  return bits;
+}
+
+QuantizerOutput run_quantizer(QuantizeFp8Args q, const std::vector<float>& values, const std::vector<std::uint16_t>& bits,
+                              DType in, int k, long long out_rows) {
+  const std::size_t count = values.size();
+  DeviceBuffer d_in(count * element_bytes(in) + 16);
+  d_in.upload(in == DType::f32 ? (const void*)values.data() : (const void*)bits.data(), count * element_bytes(in));
+  const int k_blocks = (k + 127) / 128;
+  QuantizerOutput out{std::vector<std::uint8_t>((std::size_t)out_rows * k), std::vector<float>((std::size_t)k_blocks * out_rows)};
+  DeviceBuffer d_codes(out.codes.size() + 16), d_scales(out.scales.size() * 4 + 16);
+  MOEJIT_CU(driver().cuMemsetD8(d_codes.ptr(), 0xff, d_codes.bytes()));
+  MOEJIT_CU(driver().cuMemsetD8(d_scales.ptr(), 0xff, d_scales.bytes()));
+  q.input = d_in.get();
+  q.input_type = in;
+  q.k = k;
+  q.output = d_codes.get();
+  q.scales = static_cast<float*>(d_scales.get());
+  quantize_activations_fp8(runtime(), q, nullptr);
+  MOEJIT_CU(driver().cuCtxSynchronize());
+  d_codes.download(out.codes.data(), out.codes.size());
+  d_scales.download(out.scales.data(), out.scales.size() * 4);
+  return out;
+}
+
+// Codes and scales of the gathered or plain cases against the host quantizer's, bit for bit.
+void check_quantized(const QuantizerOutput& got, const std::vector<float>& rows_in, int rows, int k) {
+  Fp8Tensor ref = quantize_fp8(rows_in.data(), QuantShape{1, rows, k}, Fp8Scaling::block_1x128);
+  std::vector<float> ref_scales = fp8_kernel_scales_a(ref);
+  const std::size_t count = (std::size_t)rows * k;
+  std::size_t code_mismatches = 0, scale_mismatches = 0, first = count;
+  for (std::size_t i = 0; i < count; ++i)
+    if (got.codes[i] != ref.data[i] && code_mismatches++ == 0) first = i;
+  for (std::size_t i = 0; i < got.scales.size(); ++i) scale_mismatches += std::memcmp(&got.scales[i], &ref_scales[i], 4) != 0;
+  INFO(fmt::format("first code mismatch at {}: {:#04x} against {:#04x} (value {})", first, first < count ? got.codes[first] : 0,
+                   first < count ? ref.data[first] : 0, first < count ? rows_in[first] : 0.f));
+  CHECK(code_mismatches == 0);
+  CHECK(scale_mismatches == 0);
+}
+
 }  // namespace
 
 TEST_CASE("route matches the reference for each model's scoring, few to many tokens", "[gpu][routing]") {
@@ -314,40 +368,10 @@ TEST_CASE("quantize_activations_fp8 matches the host quantizer bit for bit", "[g
           values[(std::size_t)r * k + c] = v;
         }
       }
-      std::vector<std::uint16_t> bits(count);
-      if (in != DType::f32)
-        for (std::size_t i = 0; i < count; ++i) values[i] = from_half_bits(in, bits[i] = to_half_bits(in, values[i]));
-      DeviceBuffer d_in(count * element_bytes(in) + 16);
-      d_in.upload(in == DType::f32 ? (const void*)values.data() : (const void*)bits.data(), count * element_bytes(in));
-      const int k_blocks = (k + 127) / 128;
-      DeviceBuffer d_codes(count + 16), d_scales((std::size_t)k_blocks * rows * 4 + 16);
-      MOEJIT_CU(driver().cuMemsetD8(d_codes.ptr(), 0xff, d_codes.bytes()));
-      MOEJIT_CU(driver().cuMemsetD8(d_scales.ptr(), 0xff, d_scales.bytes()));
+      const std::vector<std::uint16_t> bits = round_to_input(in, values);
       QuantizeFp8Args q;
-      q.input = d_in.get();
-      q.input_type = in;
       q.rows = rows;
-      q.k = k;
-      q.output = d_codes.get();
-      q.scales = static_cast<float*>(d_scales.get());
-      quantize_activations_fp8(runtime(), q, nullptr);
-      MOEJIT_CU(driver().cuCtxSynchronize());
-      Fp8Tensor ref = quantize_fp8(values.data(), QuantShape{1, rows, k}, Fp8Scaling::block_1x128);
-      std::vector<float> ref_scales = fp8_kernel_scales_a(ref);
-      std::vector<std::uint8_t> codes(count);
-      std::vector<float> scales((std::size_t)k_blocks * rows);
-      d_codes.download(codes.data(), count);
-      d_scales.download(scales.data(), scales.size() * 4);
-      std::size_t code_mismatches = 0, scale_mismatches = 0, first = count;
-      for (std::size_t i = 0; i < count; ++i)
-        if (codes[i] != ref.data[i] && code_mismatches++ == 0) first = i;
-      for (std::size_t i = 0; i < scales.size(); ++i)
-        scale_mismatches += std::memcmp(&scales[i], &ref_scales[i], 4) != 0;
-      INFO(fmt::format("first code mismatch at {}: {:#04x} against {:#04x} (value {})", first,
-                       first < count ? codes[first] : 0, first < count ? ref.data[first] : 0,
-                       first < count ? values[first] : 0.f));
-      CHECK(code_mismatches == 0);
-      CHECK(scale_mismatches == 0);
+      check_quantized(run_quantizer(q, values, bits, in, k, rows), values, rows, k);
     }
 }
 
@@ -365,9 +389,7 @@ TEST_CASE("quantize_activations_fp8 with gather_rows permutes as it quantizes", 
       const std::size_t count = (std::size_t)tokens * k;
       std::vector<float> values(count);
       for (auto& v : values) v = normal(rng) * 3.f;
-      std::vector<std::uint16_t> bits(count);
-      if (in != DType::f32)
-        for (std::size_t i = 0; i < count; ++i) values[i] = from_half_bits(in, bits[i] = to_half_bits(in, values[i]));
+      const std::vector<std::uint16_t> bits = round_to_input(in, values);
       std::vector<int> gather(rows);
       std::uniform_int_distribution<int> token(0, tokens - 1);
       for (int r = 0; r < rows; ++r) gather[r] = r % 13 == 4 ? -1 : r % 17 == 9 ? tokens : token(rng);
@@ -375,36 +397,13 @@ TEST_CASE("quantize_activations_fp8 with gather_rows permutes as it quantizes", 
       for (int r = 0; r < rows; ++r)
         if (gather[r] >= 0 && gather[r] < tokens)
           std::copy_n(values.begin() + (std::size_t)gather[r] * k, k, gathered.begin() + (std::size_t)r * k);
-      DeviceBuffer d_in(count * element_bytes(in) + 16), d_gather((std::size_t)rows * 4);
-      d_in.upload(in == DType::f32 ? (const void*)values.data() : (const void*)bits.data(), count * element_bytes(in));
+      DeviceBuffer d_gather((std::size_t)rows * 4);
       d_gather.upload(gather.data(), (std::size_t)rows * 4);
-      const int k_blocks = (k + 127) / 128;
-      const std::size_t out_count = (std::size_t)rows * k;
-      DeviceBuffer d_codes(out_count + 16), d_scales((std::size_t)k_blocks * rows * 4 + 16);
-      MOEJIT_CU(driver().cuMemsetD8(d_codes.ptr(), 0xff, d_codes.bytes()));
-      MOEJIT_CU(driver().cuMemsetD8(d_scales.ptr(), 0xff, d_scales.bytes()));
       QuantizeFp8Args q;
-      q.input = d_in.get();
-      q.input_type = in;
       q.rows = rows;
-      q.k = k;
-      q.output = d_codes.get();
-      q.scales = static_cast<float*>(d_scales.get());
       q.gather_rows = static_cast<const int*>(d_gather.get());
       q.num_tokens = tokens;
-      quantize_activations_fp8(runtime(), q, nullptr);
-      MOEJIT_CU(driver().cuCtxSynchronize());
-      Fp8Tensor ref = quantize_fp8(gathered.data(), QuantShape{1, rows, k}, Fp8Scaling::block_1x128);
-      std::vector<float> ref_scales = fp8_kernel_scales_a(ref);
-      std::vector<std::uint8_t> codes(out_count);
-      std::vector<float> scales((std::size_t)k_blocks * rows);
-      d_codes.download(codes.data(), out_count);
-      d_scales.download(scales.data(), scales.size() * 4);
-      std::size_t code_mismatches = 0, scale_mismatches = 0;
-      for (std::size_t i = 0; i < out_count; ++i) code_mismatches += codes[i] != ref.data[i];
-      for (std::size_t i = 0; i < scales.size(); ++i) scale_mismatches += std::memcmp(&scales[i], &ref_scales[i], 4) != 0;
-      CHECK(code_mismatches == 0);
-      CHECK(scale_mismatches == 0);
+      check_quantized(run_quantizer(q, values, bits, in, k, rows), gathered, rows, k);
     }
 }
 
@@ -421,8 +420,7 @@ TEST_CASE("quantize_activations_fp8 with row_of_slot writes each token's routed 
       const std::size_t count = (std::size_t)tokens * k;
       std::vector<float> values(count);
       for (auto& v : values) v = normal(rng) * 2.f;
-      std::vector<std::uint16_t> bits(count);
-      for (std::size_t i = 0; i < count; ++i) values[i] = from_half_bits(in, bits[i] = to_half_bits(in, values[i]));
+      const std::vector<std::uint16_t> bits = round_to_input(in, values);
       // Routed rows: a permutation of the slots, some dropped (-1), 3 rows more than slots (never named).
       const long long out_rows = (long long)tokens * top_k + 3;
       std::vector<int> order(tokens * top_k);
@@ -430,31 +428,19 @@ TEST_CASE("quantize_activations_fp8 with row_of_slot writes each token's routed 
       std::shuffle(order.begin(), order.end(), rng);
       std::vector<int> row_of_slot(tokens * top_k);
       for (int sl = 0; sl < tokens * top_k; ++sl) row_of_slot[sl] = sl % 9 == 4 ? -1 : order[sl];
-      DeviceBuffer d_in(count * 2 + 16), d_slots(row_of_slot.size() * 4);
-      d_in.upload(bits.data(), count * 2);
+      DeviceBuffer d_slots(row_of_slot.size() * 4);
       d_slots.upload(row_of_slot.data(), row_of_slot.size() * 4);
-      const int k_blocks = (k + 127) / 128;
-      DeviceBuffer d_codes((std::size_t)out_rows * k + 16), d_scales((std::size_t)k_blocks * out_rows * 4 + 16);
-      MOEJIT_CU(driver().cuMemsetD8(d_codes.ptr(), 0xff, d_codes.bytes()));
-      MOEJIT_CU(driver().cuMemsetD8(d_scales.ptr(), 0xff, d_scales.bytes()));
       QuantizeFp8Args q;
-      q.input = d_in.get();
-      q.input_type = in;
       q.rows = tokens;
-      q.k = k;
-      q.output = d_codes.get();
-      q.scales = static_cast<float*>(d_scales.get());
       q.row_of_slot = static_cast<const int*>(d_slots.get());
       q.top_k = top_k;
       q.out_rows = out_rows;
-      quantize_activations_fp8(runtime(), q, nullptr);
-      MOEJIT_CU(driver().cuCtxSynchronize());
+      const QuantizerOutput out = run_quantizer(q, values, bits, in, k, out_rows);
+      const std::vector<std::uint8_t>& codes = out.codes;
+      const std::vector<float>& scales = out.scales;
+      const int k_blocks = (k + 127) / 128;
       Fp8Tensor ref = quantize_fp8(values.data(), QuantShape{1, tokens, k}, Fp8Scaling::block_1x128);
       std::vector<float> ref_scales = fp8_kernel_scales_a(ref);  // [kb][tokens]
-      std::vector<std::uint8_t> codes((std::size_t)out_rows * k);
-      std::vector<float> scales((std::size_t)k_blocks * out_rows);
-      d_codes.download(codes.data(), codes.size());
-      d_scales.download(scales.data(), scales.size() * 4);
       std::vector<int> token_of(out_rows, -1);
       for (int sl = 0; sl < tokens * top_k; ++sl)
         if (row_of_slot[sl] >= 0) token_of[row_of_slot[sl]] = sl / top_k;
