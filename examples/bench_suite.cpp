@@ -43,6 +43,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <iterator>
 #include <sstream>
 #include <vector>
 
@@ -302,7 +303,26 @@ int main(int argc, char** argv) {
   cudaEventCreate(&stop);
   const char* only_models = std::getenv("MODELS");
   const char* only_gemms = std::getenv("GEMMS");
-  for (const MoeModel& m : moejit::examples::kMoeModels) {
+  // BENCH_EXTRA_MODEL=name,experts,topk,hidden,intermediate,up_n: one more shape after the suite's
+  // (an experiment's, e.g. gpt-oss with 128-byte-aligned FP8 rows: hidden = intermediate = 2944).
+  std::vector<MoeModel> models(std::begin(moejit::examples::kMoeModels), std::end(moejit::examples::kMoeModels));
+  static std::string extra_name;
+  if (const char* extra = std::getenv("BENCH_EXTRA_MODEL")) {
+    std::stringstream fields(extra);
+    std::string name;
+    MoeModel m{};
+    char comma = 0;
+    if (std::getline(fields, name, ',') && (fields >> m.experts >> comma >> m.topk >> comma >> m.hidden >> comma >>
+                                            m.intermediate >> comma >> m.up_n)) {
+      extra_name = name;
+      m.name = extra_name.c_str();
+      models.push_back(m);
+    } else {
+      fmt::print(stderr, "BENCH_EXTRA_MODEL='{}': expected name,experts,topk,hidden,intermediate,up_n\n", extra);
+      return 2;
+    }
+  }
+  for (const MoeModel& m : models) {
     if (only_models && !std::strstr(only_models, m.name)) continue;
     // Weights are allocated once per model and GEMM, at the largest shape.
     for (const char* gemm : {"up", "down"}) {
