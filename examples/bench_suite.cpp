@@ -4,7 +4,8 @@
 //   model,gemm,tokens,E,topk,N,K,sumM,active,ms,tflops,gbps,spec
 // BENCH_SPECS="tile=128x192x64,stages=5;..." additionally times each case with each of these
 // overrides of the chosen spec (rows marked by their spec), for tuning; MODELS=a,b limits models,
-// GEMMS=up or down the GEMMs timed.
+// GEMMS=up or down the GEMMs timed. BENCH_EXTRA_MODEL=name,experts,topk,hidden,intermediate,up_n
+// times one more shape after the suite's (MODELS selects it by name like the others).
 // An override that does not validate for a case (BENCH_SPECS=cluster=2x1 on 64-row decode tiles)
 // is skipped for that case with a note on stderr.
 // It also writes the routing of every case to ROUTING_FILE (argv[1], default routing.csv) so that
