@@ -3,7 +3,8 @@
 DeepGEMM (github.com/deepseek-ai/DeepGEMM) is not vendored: DG_ROOT names a checkout of it with
 its two submodules' include folders (third-party/cutlass/include, third-party/fmt/include). Its
 Python extension is built here with torch.utils.cpp_extension (ninja, the CUDA toolkit, DG_CXX
-or g++) into DG_BUILD (default DG_ROOT/build); its kernels JIT-compile on first use (NVRTC, cache in DG_JIT_CACHE_DIR).
+or g++) into DG_BUILD (default DG_ROOT/build); its kernels JIT-compile on first use with NVCC
+(DG_JIT_USE_NVRTC=0: its NVRTC path does not find CUDA 13's headers), cached in DG_JIT_CACHE_DIR.
 
 What is timed, per suite case (routing.csv from bench_suite: model,gemm,tokens,count_0..):
   fp8:  m_grouped_fp8_gemm_nt_contiguous, E4M3 A and B with 1x128 / 128x128 fp32 scales (the
@@ -19,7 +20,6 @@ group against a float reference of the same operands (rel_err in the row).
 Timing: tests/gpu/peers.py's median_ms (triton's do_bench, the L2 cleared before each launch), as
 for bench_suite and the torch peers. FLOPs count the routed rows only (2 * sumM * N * K).
 
-DG_NUM_SMS sets DeepGEMM's SM count (an odd one rules out its 2-CTA clusters: an experiment's).
 Prints CSV: peer,model,gemm,tokens,ms,rel_err. Usage: DG_ROOT=... python3 deepgemm_peer.py
 routing.csv [fp8|bf16|both]
 """
@@ -44,7 +44,6 @@ def load_deepgemm():
     for lib in ("cute", "cutlass"):  # the JIT includes them from the package's include folder
         if not os.path.isdir(os.path.join(include, lib)):
             shutil.copytree(os.path.join(root, "third-party", "cutlass", "include", lib), os.path.join(include, lib))
-    patch_nvrtc_includes(os.path.join(root, "csrc", "jit", "compiler.hpp"))
     from torch.utils.cpp_extension import load
 
     build = os.environ.get("DG_BUILD", os.path.join(root, "build"))
@@ -52,6 +51,7 @@ def load_deepgemm():
     # statically (the device's CXX=/opt/gcc/bin/g++ did) gave the extension its own locale, and
     # DeepGEMM's first std::regex / stringstream crashed. DG_CXX (default: g++ on PATH) builds it.
     os.environ["CXX"] = os.environ.get("DG_CXX", shutil.which("g++") or "g++")
+    os.environ.setdefault("DG_JIT_USE_NVRTC", "0")
     os.makedirs(build, exist_ok=True)
     ext = load(name="_C", sources=[os.path.join(root, "csrc", "python_api.cpp")],
                extra_include_paths=[f"{cuda}/include", f"{cuda}/include/cccl", include,
@@ -69,23 +69,8 @@ def load_deepgemm():
     return deep_gemm
 
 
-# CUDA 13 keeps libcu++ (cuda/std/...) under include/cccl; DeepGEMM's NVRTC path passes include/
-# only, and its kernels' first include failed there. The harness adds include/cccl to that list in its
-# copy of DeepGEMM before the build (nothing else changes).
-NVRTC_INCLUDE = 'include_dirs += fmt::format("-I{} ", (cuda_home / "include").string());'
-
-
-def patch_nvrtc_includes(path):
-    text = open(path).read()
-    if "moejit's deepgemm_peer.py" in text:
-        return
-    extra = ('\n        include_dirs += fmt::format("-I{} ", (cuda_home / "include" / "cccl").string());'
-             "  // moejit's deepgemm_peer.py: CUDA 13's libcu++")
-    open(path, "w").write(text.replace(NVRTC_INCLUDE, NVRTC_INCLUDE + extra, 1))
-
-
 def random_e4m3(shape):
-    # Finite E4M3 codes of either sign, magnitudes up to 2^5 (0x60 and above left out).
+    # Finite E4M3 codes of either sign, magnitudes below 32 (codes 0x60 and above left out).
     codes = torch.randint(0, 0x60, shape, device="cuda", dtype=torch.uint8)
     codes |= torch.randint(0, 2, shape, device="cuda", dtype=torch.uint8) << 7
     return codes.view(torch.float8_e4m3fn)
@@ -166,8 +151,6 @@ def main(routing_path, which):
     faulthandler.enable()
     torch.manual_seed(0)
     dg = load_deepgemm()
-    if os.environ.get("DG_NUM_SMS"):  # e.g. an odd count, which rules out DeepGEMM's 2-CTA multicast
-        dg.set_num_sms(int(os.environ["DG_NUM_SMS"]))
     weights = {}
     for row in csv.reader(open(routing_path)):
         model, gemm, tokens, counts = row[0], row[1], int(row[2]), [int(c) for c in row[3:]]
