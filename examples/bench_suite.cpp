@@ -41,10 +41,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <random>
-#include <iterator>
 #include <sstream>
 #include <vector>
 
@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
   // BENCH_EXTRA_MODEL=name,experts,topk,hidden,intermediate,up_n: one more shape after the suite's
   // (an experiment's, e.g. gpt-oss with 128-byte-aligned FP8 rows: hidden = intermediate = 2944).
   std::vector<MoeModel> models(std::begin(moejit::examples::kMoeModels), std::end(moejit::examples::kMoeModels));
-  static std::string extra_name;
+  std::string extra_name;  // outlives the loop below, which holds its c_str()
   if (const char* extra = std::getenv("BENCH_EXTRA_MODEL")) {
     std::stringstream fields(extra);
     std::string name;
