@@ -20,6 +20,8 @@ group against a float reference of the same operands (rel_err in the row).
 Timing: tests/gpu/peers.py's median_ms (triton's do_bench, the L2 cleared before each launch), as
 for bench_suite and the torch peers. FLOPs count the routed rows only (2 * sumM * N * K).
 
+DG_COMPILED_DIMS (default "nk") is DeepGEMM's compiled_dims for the FP8 contiguous call: which of M,
+N, K its JIT bakes into the kernel ("" leaves them to run time).
 Prints CSV: peer,model,gemm,tokens,ms,rel_err. Usage: DG_ROOT=... python3 deepgemm_peer.py
 routing.csv [fp8|bf16|both]
 """
@@ -101,7 +103,8 @@ def fp8_case(dg, model, gemm, tokens, counts, n, k, b8, sfb):
     sfa = torch.rand(m, kb, device="cuda") + 0.5
     d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     sfa_t = dg.get_mn_major_tma_aligned_tensor(sfa)
-    fn = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((a8, sfa_t), (b8, sfb), d, m_indices)
+    dims = os.environ.get("DG_COMPILED_DIMS", "nk")  # "": N and K at run time (an experiment's)
+    fn = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((a8, sfa_t), (b8, sfb), d, m_indices, compiled_dims=dims)
     fn()
     g = max(range(E), key=lambda i: counts[i])
     rows = slice(starts[g], starts[g] + counts[g])
