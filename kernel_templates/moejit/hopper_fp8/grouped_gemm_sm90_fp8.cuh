@@ -146,6 +146,12 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   constexpr int kConsumerWarps = 8;
   constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
   constexpr bool kStaged = fp8_c_staged<kBlockM, kBlockN, kStages>();
+  // Warp-uniform values through a shuffle from lane 0, so that ptxas keeps the descriptors' per-stage
+  // and per-k-step sums in uniform registers (DeepGEMM's hint; docs/perf.md v29: 210 -> 192 SASS
+  // instructions per k-block on 128x192, R2UR 16 -> 4). Not in the split=tail kernels: there the
+  // shuffles' registers made ptxas spill 24-40 bytes (128x192).
+  constexpr bool kUniformHints = !kSplitTail;
+  auto uniform = [](auto value) { return kUniformHints ? __shfl_sync(0xffffffffu, value, 0) : value; };
 
   // Layout: [A stages][B stages][C staging, if kStaged][full bars][empty bars][tile ring]
   extern __shared__ unsigned char moejit_smem[];
@@ -174,7 +180,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
 
   const int num_k_blocks = (p.k + kFp8BlockK - 1) / kFp8BlockK;
   const int n_scale_blocks = (p.n + 127) / 128;
-  const int warpgroup = threadIdx.x / 128;
+  const int warpgroup = uniform((int)(threadIdx.x / 128));
   GroupTileCursor<kLayout, kBlockM, kBlockN> cursor;
   TileCoord tile;
 
@@ -274,8 +280,12 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     const int tile_row0 = kSplitN ? 0 : consumer * 64;
     const int tile_col0 = kSplitN ? consumer * kWgN : 0;
 
+    // The descriptors' high words are constants; their low words (the start address) go through
+    // uniform(), as do kb_begin / kb_end and the tile below.
     const unsigned long long a_desc0 = wgmma_desc_sw128(a_stages + a_offset);
     const unsigned long long b_desc0 = wgmma_desc_sw128(b_stages + b_offset);
+    const unsigned long long a_hi = a_desc0 & ~0xFFFFFFFFull, b_hi = b_desc0 & ~0xFFFFFFFFull;
+    const unsigned a_lo0 = uniform((unsigned)a_desc0), b_lo0 = uniform((unsigned)b_desc0);
     float acc[kAccRegs];
     float part[kPartRegs];
     int stage = 0;
@@ -285,8 +295,13 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       const int unit_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
       SplitUnit unit{unit_index, 0, k_blocks, -1};
       if constexpr (kSplitTail) unit = split_unit(p, unit_index, k_blocks);
-      const int kb_begin = unit.kb_begin, kb_end = unit.kb_end;
+      const int kb_begin = uniform(unit.kb_begin), kb_end = uniform(unit.kb_end);
       if (!cursor.seek_warp(p, unit.tile, tile)) break;
+      tile.group = uniform(tile.group);
+      tile.m_block = uniform(tile.m_block);
+      tile.n_block = uniform(tile.n_block);
+      tile.row_begin = uniform(tile.row_begin);
+      tile.group_rows = uniform(tile.group_rows);
       if (!kSplitN && tile.m_block * kBlockM + tile_row0 >= tile.group_rows) {
         // No rows for this consumer: only hand the stages back. A separate loop: a wgmma under a
         // divergent branch makes ptxas serialize all of them (C7520).
@@ -358,19 +373,21 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         mbarrier_wait(full_bars + 8 * stage, phase);
         // fuse=gather: A came through the generic proxy (cp.async); order it before wgmma's reads.
         if constexpr (Fuse::gather) fence_proxy_async_shared();
-        // Descriptors advanced from the first stage's (SASS: rebuilding them from the address for
-        // each k32 step cost ~40 instructions per k-block).
-        const unsigned long long a_desc = wgmma_desc_advance<kABytes>(a_desc0, stage);
-        const unsigned long long b_desc = wgmma_desc_advance<kBBytes>(b_desc0, stage);
+        // Descriptors advanced from the first stage's by 32-bit adds on their low words (the
+        // start-address field never carries into the high word), the stage's offset through
+        // uniform(): no 64-bit adds (rebuilding them from the address for each k32 step cost ~40
+        // instructions per k-block before v8).
+        const unsigned a_lo = uniform(a_lo0 + (unsigned)stage * (kABytes >> 4));
+        const unsigned b_lo = uniform(b_lo0 + (unsigned)stage * (kBBytes >> 4));
         float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = kChannelScalesB ? 1.f : 0.f, next_sb_hi = next_sb;
 #pragma unroll
         for (int half = 0; half < kHalves; ++half) {
-          const unsigned long long b_half = wgmma_desc_advance<kPartN * kRowBytes>(b_desc, half);
+          const unsigned b_half_lo = b_lo + (unsigned)half * ((kPartN * kRowBytes) >> 4);
           wgmma_fence_operands(part);
           wgmma_fence();
 #pragma unroll
           for (int k = 0; k < kFp8BlockK / 32; ++k)
-            Mma::mma(part, wgmma_desc_advance<32>(a_desc, k), wgmma_desc_advance<32>(b_half, k), k != 0);
+            Mma::mma(part, a_hi | (a_lo + 2u * k), b_hi | (b_half_lo + 2u * k), k != 0);
           wgmma_commit();
           // Next block's scales load while the MMAs run: A's (per row: the likelier misses) with the
           // first half, B's with the last (all four with the first made ptxas spill 16-48 bytes on
