@@ -116,6 +116,8 @@ struct KernelSpec {
   // weight-only tiles of 128 and 256 tokens without epilogue fusions. Others store from registers
   // or copy C out with their threads.
   bool stages_c() const;
+  // Hopper FP8: the stages with their scales, barriers and tile ring (fp8_stage_bytes<>()).
+  int fp8_stage_bytes() const;
   // The kernel waits for the grid ahead of it in the stream at its entry (griddepcontrol, sm_90),
   // so the Runtime may launch it early (RuntimeOptions::programmatic_launch). All but the Hopper
   // 4-bit 48-token tile, whose wgmmas ptxas then serializes (C7511) within its 80 registers.

@@ -161,11 +161,12 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
   // serialized wgmmas (ptxas C7511 on the 128-token scatter tile, C7512 on the 48/64-token ones,
   // C7518 on 64x256) or a spill (48 tokens with scatter), and unfused the dynamic scheduler already
   // ran slower on 4-bit weights (docs/perf.md v10, v21).
-  // Gathered FP8 Hopper kernels: the gathering producer warpgroup needs 40 registers with the
-  // dynamic scheduler's ring, which leaves the consumers 232: enough for 64 x 128 slices (64x256 s4,
-  // 128x128; 64x256 s5 spills 4 bytes with a split GLU), a spill for the 128x192 and 128x256 ones
-  // (static only); the static 128x192 kernel with 5 stages (register-store epilogue) spills 4
-  // bytes, so it is left out (tests/test_compile.cpp compiles the rest).
+  // Gathered FP8 Hopper kernels: the gathering producer warpgroup needs 56 registers with the
+  // dynamic scheduler's ring (its rows and, since v30, the stages' scales), which leaves the
+  // consumers 216: enough for 64 x 128 slices (64x256 s4, 128x128), not for the 128x192 and
+  // 128x256 ones (static only). Two variants left out when they spilled 4 bytes before v30 compile
+  // clean since (64x256 s5 dynamic with a split GLU, 128x192 s5 static); they stay out until
+  // measured (tests/test_compile.cpp compiles the rest).
   const bool fp8_gathered = chosen.a == DType::e4m3 && chosen.family == KernelFamily::hopper && chosen.fusion.gather_a;
   const bool static_only = chosen.is_weight_only_4bit() && chosen.family == KernelFamily::hopper && chosen.fusion.any();
   auto add = [&](const TileConfig& t) {

@@ -259,6 +259,13 @@ int KernelSpec::threads_per_cta() const {
   return family == KernelFamily::hopper ? 384 : 32 * warps_m * warps_n;
 }
 
+int KernelSpec::fp8_stage_bytes() const {
+  // fp8_stage_bytes<>() (hopper_fp8/): per stage 128 bytes per tile row of A and B plus the K
+  // block's scales (one fp32 per A row, four B slots), then 512 bytes of barriers and tile ring
+  // (the base is 1024-byte aligned: no slack).
+  return stages * ((tile.m + tile.n) * 128 + tile.m * 4 + 16) + 512;
+}
+
 bool KernelSpec::stages_c() const {
   // c_staged<>() (hopper/) and fp8_c_staged<>() (hopper_fp8/): the stages (64-wide K slices of
   // 16-bit A and B, or 128-wide of e4m3: 128 bytes per tile row either way), 2048 bytes of
@@ -267,6 +274,7 @@ bool KernelSpec::stages_c() const {
   // hopper_w4/: w4_store_staged, and w4_fused_store_staged for a GLU without scatter (the layers'
   // GEMM1: w4_fused_tma_store); its staging is counted in w4_sm90_c_staging_bytes.
   if (is_weight_only_4bit()) return tile.m >= 128 && (!fusion.epilogue() || (fusion.glu_activation() && !fusion.scatter_c));
+  if (a == DType::e4m3) return fp8_stage_bytes() + kCStagingBytes <= 227 * 1024;
   return stages * (tile.m + tile.n) * 128 + 2048 + kCStagingBytes <= 227 * 1024;
 }
 
@@ -282,9 +290,9 @@ int KernelSpec::dynamic_smem_bytes() const {
   // 128-byte swizzle + barriers and the dynamic scheduler's tile ring, + 32 KB of C staging for
   // the TMA-store epilogue where that still fits in 227 KB (c_staged<>() in the template).
   if (family == KernelFamily::hopper && a == DType::e4m3) {
-    // FP8 (hopper_fp8/): fp8_smem_bytes<>(): stages of 128 bytes per tile row, + 32 KB of C
-    // staging where it fits (fp8_c_staged<>()).
-    return stages * (tile.m + tile.n) * 128 + 2048 + (stages_c() ? kCStagingBytes : 0);
+    // FP8 (hopper_fp8/): fp8_smem_bytes<>(): fp8_stage_bytes(), + 32 KB of C staging where it
+    // fits (fp8_c_staged<>()).
+    return fp8_stage_bytes() + (stages_c() ? kCStagingBytes : 0);
   }
   if (family == KernelFamily::hopper && is_weight_only_4bit()) {
     // hopper_w4/ w4rs_smem_bytes<>(): per stage 64 K of BF16 per token + one pre-arranged weight

@@ -12,7 +12,7 @@
 //
 // Same skeleton as the BF16 kernel: warpgroup 0 is the TMA producer, warpgroups 1 and 2 consume.
 // One pipeline stage is a 128-wide K block: a 128-byte swizzle row of e4m3 per tile row, i.e.
-// exactly one scale block, so the stage layout and shared-memory formula equal the BF16 kernel's.
+// exactly one scale block; the block's scales come with the stage (fp8_scale_stage_bytes).
 // Promotion: Hopper's FP8 wgmma accumulates in reduced precision (about 14 bits), so each K block
 // is multiplied into a fresh register tile (scale_d = 0 on its first k32 step), then scaled and
 // added into the FP32 accumulator `acc` by the consumer's CUDA cores. While one consumer warpgroup
@@ -38,23 +38,40 @@ namespace moejit::hopper {
 
 constexpr int kFp8BlockK = 128;  // K elements per stage = per scale block = one 128-byte swizzle row
 
+// Each stage carries its K block's scales beside A and B (v30): A's, one fp32 per tile row, and B's
+// four slots, [consumer][first, second 128-column block] (the split GLU: gate, up), copied by the
+// producer with cp.async. The consumers read them with LDS at a uniform stage address instead of
+// loading them from global memory with 64-bit addresses and per-row predicates (DeepGEMM's k-loop
+// does the same; docs/perf.md v30).
+template <int kBlockM>
+__host__ __device__ constexpr int fp8_scale_stage_bytes() {
+  return kBlockM * 4 + 16;
+}
+// Barriers and the tile ring after the stages. The stages start at the dynamic shared memory's
+// base, declared 1024-byte aligned (what the 128B swizzle atoms need), so no alignment slack.
+constexpr int kFp8BarrierBytes = 512;
+
 // C through shared memory and TMA stores (hopper/epilogue.cuh, as the bf16 kernel's) where its
 // 32 KB fit beside the tile's stages: 128x256, 128x192 and 64x256 with 4 stages (the heuristic's
-// tiles) and 128x128 with 6; 128x192 and 64x256 with 5 store from registers. Why: both consumers finish a tile
+// tiles) and 128x128 with 5; 128x192 and 64x256 with 5 (and 128x128 with 6, since v30's scales)
+// store from registers. Why: both consumers finish a tile
 // together, and with register stores the tensor cores idle while they store; v11 measured the
 // register-store epilogue skipped at 1.094x in geomean over the 4096/16384-token cases, up to
 // 1.29x where K is short (Qwen3 down, K = 768). Staged, 0.96-0.98x the time at 16384 tokens, and
 // 128x192 runs faster at 4 stages staged than at 5 (docs/perf.md v11, v24).
 template <int kBlockM, int kBlockN, int kStages>
+__host__ __device__ constexpr int fp8_stage_bytes() {
+  return kStages * ((kBlockM + kBlockN) * kFp8BlockK + fp8_scale_stage_bytes<kBlockM>()) + kFp8BarrierBytes;
+}
+template <int kBlockM, int kBlockN, int kStages>
 __host__ __device__ constexpr bool fp8_c_staged() {
-  return kStages * (kBlockM + kBlockN) * kFp8BlockK + 2048 + 2 * (int)kCStageBytesPerConsumer <= 232448;
+  return fp8_stage_bytes<kBlockM, kBlockN, kStages>() + 2 * (int)kCStageBytesPerConsumer <= 232448;
 }
 
-// Stages + 2048 (1024 to align them for the 128B swizzle atoms, then the barriers and the tile
-// ring) + the C staging buffers where they fit (fp8_c_staged).
+// [A stages][B stages][C staging where it fits (fp8_c_staged)][scale stages][barriers, tile ring].
 template <int kBlockM, int kBlockN, int kStages>
 __host__ __device__ constexpr int fp8_smem_bytes() {
-  return kStages * (kBlockM + kBlockN) * kFp8BlockK + 2048 +
+  return fp8_stage_bytes<kBlockM, kBlockN, kStages>() +
          (fp8_c_staged<kBlockM, kBlockN, kStages>() ? 2 * (int)kCStageBytesPerConsumer : 0);
 }
 
@@ -63,8 +80,8 @@ __host__ __device__ constexpr int fp8_smem_bytes() {
 // on it with direct stores: bias as the accumulators' start (the promotion adds to them), then
 // activation (interleaved GLU), weight, store / scatter / fp32 atomics. Gather (by cp.async, as the
 // bf16 kernel's: the producer warpgroup copies the tile's token rows, 128 e4m3 = 128 bytes per row
-// and K block, into the stage where TMA would put them; each consumer row reads its token's A
-// scales, [kb][num_tokens]). Split GLU (v27): each consumer slice's B comes as a gate box and an
+// and K block, into the stage where TMA would put them; thread t copies the A scales of tile row t's
+// token, [kb][num_tokens], into the stage). Split GLU (v27): each consumer slice's B comes as a gate box and an
 // up box of kWgN/2 rows (fused_epilogue.cuh, load_b_tile), each inside one 128-row scale block
 // ((n/2) % 128 == 0, validated), so the slice's first half takes the gate block's scale and its
 // second half the up block's: 128x128 and 64x256 (64-row halves in one 64x128 part) and 128x256
@@ -90,6 +107,30 @@ __device__ __forceinline__ void scale_columns_fp8(float (&acc)[kWgN / 2], const 
       acc[4 * j + 2 + e] = fmaf(acc[4 * j + 2 + e], s, b);
     }
   }
+}
+
+// One producer thread's share of a stage's scales (fp8_scale_stage_bytes), by 4-byte cp.async:
+// A rows r = thread, thread + kThreads, ... < kBlockM from a_src (row r at a_src + r - thread), or
+// zeros for rows r >= rows_valid (past the group's end, a token outside [0, num_tokens): their
+// rows are never stored); and B slot `thread` from b_src, unless null. The caller arrives on the
+// full barrier once they land (cp_async_mbarrier_arrive_noinc).
+template <int kBlockM, int kThreads>
+__device__ __forceinline__ void copy_stage_scales_fp8(unsigned dst, const float* scale_a, const float* a_src, int rows_valid,
+                                                      int thread, const float* b_src) {
+#pragma unroll
+  for (int i = 0; i < (kBlockM + kThreads - 1) / kThreads; ++i) {
+    const int r = thread + kThreads * i;
+    if (kBlockM % kThreads == 0 || r < kBlockM) {
+      const bool valid = r < rows_valid;
+      asm volatile(
+          "{\n.reg .pred skip;\n"
+          "setp.eq.u32 skip, %2, 0;\n"
+          "cp.async.ca.shared.global [%0], [%1], 4, skip;\n}\n" ::"r"(dst + 4u * r),
+          "l"(valid ? a_src + kThreads * i : scale_a), "r"((unsigned)valid)
+          : "memory");
+    }
+  }
+  if (b_src) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4u * (kBlockM + thread)), "l"(b_src) : "memory");
 }
 
 // A count inside a role: split=tail and the staged-C kernels recompute it there from `value` (p.k
@@ -153,24 +194,33 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   constexpr bool kUniformHints = !kSplitTail;
   auto uniform = [](auto value) { return kUniformHints ? __shfl_sync(0xffffffffu, value, 0) : value; };
 
-  // Layout: [A stages][B stages][C staging, if kStaged][full bars][empty bars][tile ring]
-  extern __shared__ unsigned char moejit_smem[];
+  // Layout: [A stages][B stages][C staging, if kStaged][scale stages][full bars][empty bars][tile ring]
+  // The base is 1024-byte aligned (declared; DeepGEMM relies on the same), and the layout leaves no
+  // slack for rounding it up: a base off that alignment stops the kernel rather than overrun.
+  extern __shared__ __align__(1024) unsigned char moejit_smem[];
   const unsigned smem_base = smem_addr(moejit_smem);
-  const unsigned a_stages = (smem_base + 1023u) & ~1023u;
+  if (smem_base % 1024u != 0) __trap();
+  const unsigned a_stages = smem_base;
   const unsigned b_stages = a_stages + kStages * kABytes;
   const unsigned c_staging = b_stages + kStages * kBBytes;
-  const unsigned full_bars = c_staging + (kStaged ? 2 * kCStageBytesPerConsumer : 0u);
+  constexpr unsigned kScaleStageBytes = fp8_scale_stage_bytes<kBlockM>();
+  const unsigned scale_stages = c_staging + (kStaged ? 2 * kCStageBytesPerConsumer : 0u);
+  const unsigned full_bars = scale_stages + kStages * kScaleStageBytes;
   const unsigned empty_bars = full_bars + 8 * kStages;
   TileRing<> ring(empty_bars + 8 * kStages);
-  static_assert(1023 + 16 * kStages + TileRing<>::kBytes <= 2048, "barriers and tile ring past the 2048 spare bytes");
+  static_assert(16 * kStages + TileRing<>::kBytes <= kFp8BarrierBytes, "barriers and tile ring past their bytes");
+  // The scales as generic pointers, so that the consumers' reads are ordinary loads ordered after
+  // the full barrier's wait (an asm with a memory clobber).
+  const float* const scale_smem = reinterpret_cast<const float*>(moejit_smem + (scale_stages - smem_base));
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(tma_a);
     tma_prefetch_descriptor(tma_b);
     if constexpr (kStaged) tma_prefetch_descriptor(tma_c);
     for (int st = 0; st < kStages; ++st) {
-      // fuse=gather: + one cp.async arrival per producer thread (when its row copies have landed).
-      mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1);
+      // + one cp.async arrival per producer thread once its copies (its scales; with fuse=gather
+      // its rows too) have landed: the producer warpgroup's 128 threads, or warp 0's 32 lanes.
+      mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1 + 32);
       mbarrier_init(empty_bars + 8 * st, kConsumerWarps);
     }
     if constexpr (kDynamic) ring.init(kConsumerWarps + (Fuse::gather ? 3 : 0));  // + producer warps 1-3 when they gather
@@ -180,20 +230,44 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
 
   const int num_k_blocks = (p.k + kFp8BlockK - 1) / kFp8BlockK;
   const int n_scale_blocks = (p.n + 127) / 128;
+
+  // A consumer slice's B scales (blocks, not per channel): its columns' 128-row block of the
+  // group, and for 128x192 / 128x256 the next one from column `split` of the slice on (or, past N,
+  // where nothing is stored, the same one again: the read stays inside B's scales). Split GLU: the
+  // first half (gate rows out0 ...) takes the gate block's, the second (up rows n/2 + out0 ...)
+  // the up block's; a slice past n/2 (stores nothing) reads the last gate / up block. A slice
+  // wholly past N (consumer 1 of a 256-wide tile when N is ragged) reads the group's last block
+  // (compute-sanitizer memcheck, H100, 2026-11-23: n0 / 128 read one block past the last group's
+  // end). Returns the scale of K block 0; K block kb's is kb further.
+  constexpr bool kTwoScaleBlocks = kWgN > 128 || Fuse::glu_split;
+  static_assert(!kTwoScaleBlocks || Fuse::glu_split || ((kWgN == 192 || kWgN == 256) && !kSplitN),
+                "two scale blocks: the 128x192 tile (n0 a multiple of 64) or 128x256 (a multiple of 256)");
+  auto b_scale_source = [&](const TileCoord& t, int consumer, bool second, int n_blocks, int k_blocks) {
+    const float* const group_scales =
+        static_cast<const float*>(p.scale_b) + static_cast<long long>(t.group) * n_blocks * k_blocks;
+    if constexpr (Fuse::glu_split) {
+      const int out0 = min(split_glu_out0(t.n_block, kBlockN, kWgN, kSplitN ? consumer : 0), p.n / 2 - 1);
+      return group_scales + static_cast<long long>(((second ? p.n / 2 : 0) + out0) / 128) * k_blocks;
+    }
+    const int n0 = t.n_block * kBlockN + (kSplitN ? consumer * kWgN : 0);
+    const float* const first = group_scales + static_cast<long long>(min(n0, p.n - 1) / 128) * k_blocks;
+    return kTwoScaleBlocks && second && n0 + (128 - n0 % 128) < p.n ? first + k_blocks : first;
+  };
   const int warpgroup = uniform((int)(threadIdx.x / 128));
   GroupTileCursor<kLayout, kBlockM, kBlockN> cursor;
   TileCoord tile;
 
-  // One warp walks the tiles, one thread issues every copy: 24 registers, so that the consumers
-  // get 240 (128 x 24 + 256 x 240 = 64512); at 232 the fused 128x192 kernel with bias and a GLU
-  // spilled 4 bytes once the tile ring was added. fuse=gather: the whole warpgroup copies rows and
-  // holds its rows' chunk numbers, in 24 too with the static scheduler; beside the dynamic one's
-  // ring it needs 40, and the consumers get 232 (the 128x192 and 128x256 ones spill there: the
-  // heuristic and the tuner gather with the static scheduler). setmaxnreg only moves the launch's
-  // 168 x 384 registers between the roles: asking for more (32 + 240) left the consumers waiting
-  // in setmaxnreg.inc for ever (H100, 2026-11-26).
-  constexpr int kProducerRegs = Fuse::gather ? (kDynamic ? 40 : 24) : 24;
-  constexpr int kConsumerRegs = Fuse::gather && kDynamic ? 232 : 240;
+  // Registers per role. One warp walks the tiles, lane 0 issues the TMA copies and every lane its
+  // share of the scale copies: 40 (24 spilled 68 bytes once the scales came with the stages, v30),
+  // and the consumers get 232, which their k-loop fits now that the scales are no longer held in
+  // registers across the MMAs. fuse=gather: the whole warpgroup copies rows (holding its rows'
+  // chunk numbers) and scales, and beside the dynamic scheduler's ring needs 56 (48 spilled 4-44
+  // bytes on 128x128); those consumers get 216 (only 128x128 and 64x256 gather with the dynamic
+  // scheduler: tuning.cpp). setmaxnreg only moves the launch's 168 x 384 registers between the
+  // roles: asking for more (32 + 240) left the consumers waiting in setmaxnreg.inc for ever (H100,
+  // 2026-11-26).
+  constexpr int kProducerRegs = Fuse::gather && kDynamic ? 56 : 40;
+  constexpr int kConsumerRegs = Fuse::gather && kDynamic ? 216 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "setmaxnreg: more than the launch's 168 x 384 registers");
   if (warpgroup == 0) {
     warpgroup_release_registers<kProducerRegs>();
@@ -204,7 +278,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // arrives on the full barrier when they land (noinc). Rows past the group are not copied
       // (their accumulator rows are never stored); an index outside [0, num_tokens) reads a zero row.
       GatherRowsSm90<kBlockM, 1> rows((int)threadIdx.x);
-      const int k_blocks = num_k_blocks;
+      const int k_blocks = role_blocks_of<true>(p.k, kFp8BlockK, num_k_blocks);
+      const int n_blocks = role_blocks_of<true>(p.n, 128, n_scale_blocks);
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
@@ -215,7 +290,15 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         }
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + tile.n_block * kBlockN;
-        rows.load_tokens(f->gather_rows, a_row, tile.group_rows - tile.m_block * kBlockM, f->num_tokens, p.k);
+        const int rows_left = tile.group_rows - tile.m_block * kBlockM;
+        rows.load_tokens(f->gather_rows, a_row, rows_left, f->num_tokens, p.k);
+        // Thread t copies the A scales of tile row t: its token's ([kb][num_tokens]), or zeros.
+        int scale_token = -1;
+        if ((int)threadIdx.x < min(rows_left, kBlockM)) scale_token = __ldg(f->gather_rows + a_row + threadIdx.x);
+        if ((unsigned)scale_token >= (unsigned)f->num_tokens) scale_token = -1;
+        // Threads 0-3: their B slot's offset in scale_b (32 bits: the producer has 40 registers).
+        const int b_scale_offset = kChannelScalesB || threadIdx.x >= 4 ? -1
+            : (int)(b_scale_source(tile, threadIdx.x / 2, threadIdx.x % 2, n_blocks, k_blocks) - static_cast<const float*>(p.scale_b));
         for (int kb = 0; kb < k_blocks; ++kb) {
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
           const unsigned full = full_bars + 8 * stage;
@@ -228,6 +311,10 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
               tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
           }
           rows.copy_k_block(a_stages + stage * kABytes, p.a, p.k, kb * kFp8BlockK);
+          copy_stage_scales_fp8<kBlockM, 128>(scale_stages + stage * kScaleStageBytes, p.scale_a,
+                                              p.scale_a + static_cast<long long>(kb) * f->num_tokens + scale_token,
+                                              scale_token < 0 ? 0 : kBlockM, (int)threadIdx.x,
+                                              b_scale_offset < 0 ? nullptr : static_cast<const float*>(p.scale_b) + b_scale_offset + kb);
           cp_async_mbarrier_arrive_noinc(full);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
@@ -236,8 +323,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       cp_async_wait_all_sm90();
     } else if (threadIdx.x < 32) {
       // Warp 0 walks the groups 32 per step (seek_warp, as in the 4-bit kernel: a one-thread walk
-      // could not keep the stages full at decode); its lane 0 issues the copies.
+      // could not keep the stages full at decode); its lane 0 issues the TMA copies, and each lane
+      // copies a quarter of the stage's A scales (lanes 0-3 also a B slot).
       const int k_blocks = role_blocks_of<kSplitTail || kStaged>(p.k, kFp8BlockK, num_k_blocks);
+      const int n_blocks = role_blocks_of<kSplitTail || kStaged>(p.n, 128, n_scale_blocks);
+      const int lane = (int)threadIdx.x;
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
@@ -251,10 +341,18 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         }
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + tile.n_block * kBlockN;
+        const int rows_left = tile.group_rows - tile.m_block * kBlockM;
+        const float* const a_scales = p.scale_a + a_row + lane;
+        const float* const b_scales =
+            kChannelScalesB || lane >= 4 ? nullptr : b_scale_source(tile, lane / 2, lane % 2, n_blocks, k_blocks);
         for (int kb = unit.kb_begin; kb < unit.kb_end; ++kb) {
-          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);  // the whole warp waits, lane 0 issues
+          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);  // the whole warp waits and copies the scales, lane 0 issues the TMA
+          const unsigned full = full_bars + 8 * stage;
+          copy_stage_scales_fp8<kBlockM, 32>(scale_stages + stage * kScaleStageBytes, p.scale_a,
+                                             a_scales + static_cast<long long>(kb) * p.total_rows, rows_left, lane,
+                                             b_scales ? b_scales + kb : nullptr);
+          cp_async_mbarrier_arrive_noinc(full);
           if (threadIdx.x == 0) {
-            const unsigned full = full_bars + 8 * stage;
             mbarrier_arrive_expect_tx(full, kABytes + kBBytes);
             tma_load_2d(a_stages + stage * kABytes, tma_a, full, kb * kFp8BlockK, a_row);
             if constexpr (Fuse::glu_split)
@@ -267,6 +365,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
+      cp_async_wait_all_sm90();  // no lane exits with scale copies (and their arrivals) in flight
     }
   } else {
     warpgroup_claim_registers<kConsumerRegs>();
@@ -314,54 +413,9 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       }
       const int m_warp = tile.m_block * kBlockM + tile_row0 + warp_in_group * 16;  // group-local
       const int n0 = tile.n_block * kBlockN + tile_col0;
-      // This thread's two accumulator rows (h = 0, 1): A-scale pointers, or null past the group.
-      // (Tried: clamping past-the-group rows to the last row and advancing the pointers instead,
-      // 12 fewer SASS instructions per k-block; on the H100 it made DeepSeek-V3 up 16384 10% and
-      // Mixtral down 16384 5% slower, same process, 4 interleaved rounds: docs/perf.md v8.)
-      const int m_lane = m_warp + lane / 4;
-      const float* sa_row0 = m_lane < tile.group_rows ? p.scale_a + tile.row_begin + m_lane : nullptr;
-      const float* sa_row1 = m_lane + 8 < tile.group_rows ? p.scale_a + tile.row_begin + m_lane + 8 : nullptr;
-      if constexpr (Fuse::gather) {
-        // A is in token order: a routed row's scales are its token's ([kb][num_tokens]); a token
-        // outside [0, num_tokens) read a zero row, and its scale is 0 too.
-        const int t0 = sa_row0 ? __ldg(f->gather_rows + tile.row_begin + m_lane) : -1;
-        const int t1 = sa_row1 ? __ldg(f->gather_rows + tile.row_begin + m_lane + 8) : -1;
-        sa_row0 = (unsigned)t0 < (unsigned)f->num_tokens ? p.scale_a + t0 : nullptr;
-        sa_row1 = (unsigned)t1 < (unsigned)f->num_tokens ? p.scale_a + t1 : nullptr;
-      }
-      // A slice wholly past N (consumer 1 of a 256-wide tile when N is ragged) stores nothing, but
-      // its scale read must stay inside B's scales: the group's last block (compute-sanitizer
-      // memcheck, H100, 2026-11-23: n0 / 128 read one block past the last group's end).
-      // (Per-channel B scales: no B scale in the promotion; sb stays 1 and sb_block is unused.)
-      const float* sb_block = static_cast<const float*>(p.scale_b) +
-                              (kChannelScalesB ? 0ll
-                                               : (static_cast<long long>(tile.group) * n_blocks + min(n0, p.n - 1) / 128) *
-                                                     k_blocks);
-      // 128x192: columns [split, 192) of the slice take the next scale block's scale (or, past N,
-      // where nothing is stored, this block's again: the read stays inside B's scales). Split GLU:
-      // the first half (gate rows out0 ...) takes the gate block's, the second (up rows n/2 + out0
-      // ...) the up block's; a slice past n/2 (stores nothing) reads the last gate / up block.
-      constexpr bool kTwoScaleBlocks = kWgN > 128 || Fuse::glu_split;
-      static_assert(!kTwoScaleBlocks || Fuse::glu_split || ((kWgN == 192 || kWgN == 256) && !kSplitN),
-                    "two scale blocks: the 128x192 tile (n0 a multiple of 64) or 128x256 (a multiple of 256)");
+      // 128x192: columns [split, 192) of the slice take the second scale block's scale (see
+      // b_scale_source); the split GLU's second half the up block's.
       const int split = Fuse::glu_split ? kWgN / 2 : kTwoScaleBlocks ? 128 - n0 % 128 : kWgN;
-      const float* sb_block_hi = kTwoScaleBlocks && n0 + split < p.n ? sb_block + k_blocks : sb_block;
-      if constexpr (Fuse::glu_split) {
-        const int out0 = min(split_glu_out0(tile.n_block, kBlockN, kWgN, kSplitN ? consumer : 0), p.n / 2 - 1);
-        const float* const group_scales = static_cast<const float*>(p.scale_b) + static_cast<long long>(tile.group) * n_blocks * k_blocks;
-        sb_block = group_scales + static_cast<long long>(out0 / 128) * k_blocks;
-        sb_block_hi = group_scales + static_cast<long long>((p.n / 2 + out0) / 128) * k_blocks;
-      }
-      const long long a_stride = Fuse::gather ? (long long)f->num_tokens : (long long)p.total_rows;
-      float sa0 = 0.f, sa1 = 0.f, sb = kChannelScalesB ? 1.f : 0.f, sb_hi = sb;
-      if (kb_end > kb_begin) {
-        sa0 = sa_row0 ? __ldg(sa_row0 + kb_begin * a_stride) : 0.f;
-        sa1 = sa_row1 ? __ldg(sa_row1 + kb_begin * a_stride) : 0.f;
-        if constexpr (!kChannelScalesB) {
-          sb = __ldg(sb_block + kb_begin);
-          if constexpr (kTwoScaleBlocks) sb_hi = __ldg(sb_block_hi + kb_begin);
-        }
-      }
       if constexpr (Fuse::bias && !kChannelScalesB) {
         init_acc_with_bias<kBlockN, kWgN, Fuse::glu_split>(acc, *f, tile.group, p.n, tile.n_block * kBlockN, tile_col0, lane);
       } else {
@@ -377,9 +431,18 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         // start-address field never carries into the high word), the stage's offset through
         // uniform(): no 64-bit adds (rebuilding them from the address for each k32 step cost ~40
         // instructions per k-block before v8).
-        const unsigned a_lo = uniform(a_lo0 + (unsigned)stage * (kABytes >> 4));
-        const unsigned b_lo = uniform(b_lo0 + (unsigned)stage * (kBBytes >> 4));
-        float next_sa0 = 0.f, next_sa1 = 0.f, next_sb = kChannelScalesB ? 1.f : 0.f, next_sb_hi = next_sb;
+        const unsigned stage_u = uniform((unsigned)stage);
+        const unsigned a_lo = a_lo0 + stage_u * (kABytes >> 4);
+        const unsigned b_lo = b_lo0 + stage_u * (kBBytes >> 4);
+        // The K block's scales from the stage (zeros for rows past the group): this thread's two
+        // accumulator rows (h = 0, 1: lane / 4 and lane / 4 + 8 of the warp's 16), and the slice's
+        // B slots. Read before the MMAs, used after them.
+        const float* const scales = scale_smem + stage_u * (kScaleStageBytes / 4);
+        const float sa0 = scales[tile_row0 + warp_in_group * 16 + lane / 4];
+        const float sa1 = scales[tile_row0 + warp_in_group * 16 + lane / 4 + 8];
+        const float* const b_slots = scales + kBlockM + (kSplitN ? 2 * consumer : 0);
+        const float sb = kChannelScalesB ? 1.f : b_slots[0];
+        const float sb_hi = kTwoScaleBlocks && !kChannelScalesB ? b_slots[1] : sb;
 #pragma unroll
         for (int half = 0; half < kHalves; ++half) {
           const unsigned b_half_lo = b_lo + (unsigned)half * ((kPartN * kRowBytes) >> 4);
@@ -389,19 +452,6 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           for (int k = 0; k < kFp8BlockK / 32; ++k)
             Mma::mma(part, a_hi | (a_lo + 2u * k), b_hi | (b_half_lo + 2u * k), k != 0);
           wgmma_commit();
-          // Next block's scales load while the MMAs run: A's (per row: the likelier misses) with the
-          // first half, B's with the last (all four with the first made ptxas spill 16-48 bytes on
-          // 128x256's dynamic and split variants).
-          if (kb + 1 < kb_end) {
-            if (half == 0) {
-              next_sa0 = sa_row0 ? __ldg(sa_row0 + (kb + 1) * a_stride) : 0.f;
-              next_sa1 = sa_row1 ? __ldg(sa_row1 + (kb + 1) * a_stride) : 0.f;
-            }
-            if (half == kHalves - 1 && !kChannelScalesB) {
-              next_sb = __ldg(sb_block + kb + 1);
-              if constexpr (kTwoScaleBlocks) next_sb_hi = __ldg(sb_block_hi + kb + 1);
-            }
-          }
           wgmma_wait<0>();
           wgmma_fence_operands(part);
           if (half == kHalves - 1) {
@@ -433,8 +483,6 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
             out[3] = fmaf(part[4 * j + 3], scale1, out[3]);
           }
         }
-        sb_hi = next_sb_hi;
-        sa0 = next_sa0, sa1 = next_sa1, sb = next_sb;
       }
       // A piece of a split tile: only the last piece to finish scales and stores (barriers 3 and 4).
       if constexpr (kSplitTail) {
