@@ -329,7 +329,7 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
   }
 }
 
-TEST_CASE("FP8 prefill tiles: 128x256 on small groups, 128x192 (4 stages, C staged) on large ones and ragged N; static from 512 rows at K <= 3072", "[tuning]") {
+TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on large groups), 128x192 (4 stages, C staged) on ragged N; static from 512 rows at K <= 3072", "[tuning]") {
   auto fp8_tile = [](int experts, int rows_per_expert, int n, int k) {
     std::vector<int> rows(experts, rows_per_expert);
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, experts, n, k, (long long)experts * rows_per_expert, rows};
@@ -340,8 +340,9 @@ TEST_CASE("FP8 prefill tiles: 128x256 on small groups, 128x192 (4 stages, C stag
   CHECK(fp8_tile(256, 512, 7168, 2048) == "128x256 s4 static");   // DeepSeek-V3 down: 512 rows, K <= 3072 (v24)
   CHECK(fp8_tile(256, 128, 7168, 2048) == "128x256 s4 dynamic");  // DeepSeek-V3 down, 4096 tokens: 128 rows
   CHECK(fp8_tile(128, 1024, 2048, 768) == "128x256 s4 static");   // Qwen3 down, 16384 tokens: K short
-  CHECK(fp8_tile(8, 4096, 28672, 4096) == "128x192 s4 dynamic");  // Mixtral up, 16384 tokens: large groups, long K (v24)
-  CHECK(fp8_tile(8, 1024, 4096, 14336) == "128x192 s4 dynamic");  // Mixtral down, 4096 tokens
+  CHECK(fp8_tile(8, 4096, 28672, 4096) == "128x256 s4 static");   // Mixtral up, 16384 tokens: large groups, long K (v30)
+  CHECK(fp8_tile(8, 1024, 4096, 14336) == "128x256 s4 static");   // Mixtral down, 4096 tokens
+  CHECK(fp8_tile(8, 1024, 2880, 4096) == "128x192 s4 dynamic");   // large groups, but N pads 6.7% more to 256
   CHECK(fp8_tile(128, 512, 2880, 2880) == "128x192 s4 static");   // gpt-oss down: N pads 6.7% more to 256
   CHECK(fp8_tile(128, 16, 2880, 2880) == "64x256 s4 dynamic");    // decode (C staged since v24)
 }

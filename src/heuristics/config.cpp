@@ -61,12 +61,16 @@ constexpr int kFp8WideTileMinRows = 48;  // mean rows per active expert
 // least 4 rounds of tiles.
 constexpr TileChoice kFp8Full = {{128, 256, 128}, 4, 1, 1};
 constexpr int kFp8FullTileMinRounds = 4;
-// Once both tiles stage C (v24), in turns (same file): 128x192 takes 0.967-0.973x the time of
-// 128x256 on Mixtral up 4096/16384 and 0.98-0.99x on Mixtral down (1024-4096 rows per expert, K >=
-// 4096), while 128x256 stays ahead where groups are small or K short (DeepSeek-V3 1.00-1.06x,
-// Qwen3 down 1.06x on 192). gpt-oss up (512 rows) went both ways (0.975 / 1.027): not changed.
-constexpr int kFp8WideTileLargeGroupRows = 1024;  // mean rows per active expert
-constexpr int kFp8WideTileLargeGroupMinK = 4096;
+// Large groups (1024+ rows per expert, K >= 4096: Mixtral at 4096 and 16384 tokens): v24 had
+// 128x192 ahead there (0.967-0.99x of 128x256, both dynamic). Since v30's k-loop (scales from
+// shared memory), in turns (BENCH_INTERLEAVE, H100, two processes agreeing within 3%;
+// docs/results/2026-11-26-v30-fp8-tile-turns.txt), 128x256 on the static scheduler takes
+// 0.88-0.91x the time of dynamic 128x192 on Mixtral up / down 16384 and 0.93-0.94x at 4096 (dynamic
+// 128x256: 0.95-0.99x). Equal groups give equal tile costs, so the static CTAs stay in step on the
+// shared tiles, and 128x256 pulls 10% fewer bytes from L2 per MMA, which those launches saturate
+// (Nsight Compute on Mixtral down 16384: L2 throughput 85%, docs/perf.md v30).
+constexpr int kFp8LargeGroupRows = 1024;  // mean rows per active expert
+constexpr int kFp8LargeGroupMinK = 4096;
 // The static scheduler where groups hold 512+ rows and K is at most 3072 (v24, in turns, both tiles
 // staged; docs/results/2026-11-26-v24-fp8-scheduler-turns.txt): 0.954-0.988x the dynamic one's time
 // on gpt-oss up/down, DeepSeek-V3 down and Qwen3 up/down at 16384 tokens (v22 and v13 saw the same
@@ -84,10 +88,12 @@ constexpr int kFp8GatherDynamicMaxRows = 256;
 long long estimated_tiles(long long rows, long long active, int n, TileShape tile) {
   return (rows / tile.m + active) * ((n + tile.n - 1LL) / tile.n);
 }
-bool fp8_full_tile_pays(int n, int k, long long rows, long long active, int sm_count) {
+bool fp8_large_groups(int k, long long rows, long long active) {
+  return active > 0 && rows >= kFp8LargeGroupRows * active && k >= kFp8LargeGroupMinK;
+}
+bool fp8_full_tile_pays(int n, long long rows, long long active, int sm_count) {
   const long long padded_192 = (n + 191LL) / 192 * 192, padded_256 = (n + 255LL) / 256 * 256;
-  const bool large_groups = active > 0 && rows >= kFp8WideTileLargeGroupRows * active && k >= kFp8WideTileLargeGroupMinK;
-  return !large_groups && padded_256 * 100 <= padded_192 * 103 &&
+  return padded_256 * 100 <= padded_192 * 103 &&
          estimated_tiles(rows, active, n, kFp8Full.tile) >= kFp8FullTileMinRounds * static_cast<long long>(std::max(sm_count, 1));
 }
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
@@ -300,13 +306,14 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.family = KernelFamily::hopper;
     spec.fusion.gather_by = GatherLoad::cp_async;
     spec = with_tile(spec, mean_rows < kFp8WideTileMinRows                         ? kFp8Small
-                           : split_glu || fp8_full_tile_pays(problem.n, problem.k, rows, active, sm_count) ? kFp8Full
+                           : split_glu || fp8_full_tile_pays(problem.n, rows, active, sm_count) ? kFp8Full
                                                                                    : kFp8Wide);
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
     if (mean_rows >= kFp8StaticMinRows && problem.k <= kFp8StaticMaxK) spec.scheduler = Scheduler::static_persistent;
-    // Gathered A: the gathering producer warpgroup needs 40 registers beside the dynamic scheduler's
-    // ring, and the 128x192 / 128x256 consumers spill at the 232 that leaves (24 and 240 with the
-    // static one: no spill; tests/test_compile.cpp). So those tiles gather on the static scheduler;
+    if (fp8_large_groups(problem.k, rows, active) && spec.tile == kFp8Full.tile) spec.scheduler = Scheduler::static_persistent;
+    // Gathered A: the gathering producer warpgroup needs 56 registers beside the dynamic scheduler's
+    // ring (v30), and the 128x192 / 128x256 consumers spill at the 216 that leaves (40 and 232 with
+    // the static one: no spill; tests/test_compile.cpp). So those tiles gather on the static scheduler;
     // below 256 rows per expert, where partial tiles make the static one drift (above), 64x256 on
     // the dynamic one instead (its consumers fit 232): 0.94 / 0.88x the time of static 128x256 on
     // gpt-oss / DeepSeek-V3 up at 4096 tokens (128 rows), 0.94x on Qwen3 up 1024 (64 rows); at 256
