@@ -68,6 +68,8 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
       fmt::arg("cluster_m_arg", spec.cluster_m == 1 && spec.split == SplitK::none ? std::string() : fmt::format(", {}", spec.cluster_m)),
       // split=tail: one more trailing template argument (kSplitTail), after kClusterM.
       fmt::arg("split_arg", spec.split == SplitK::none ? "" : ", true"),
+      // FP8 CTA pairs (cluster=2x1, never split): kSplitTail = false, then kClusterM.
+      fmt::arg("fp8_cluster_arg", spec.cluster_m == 2 ? ", false, 2" : ""),
       fmt::arg("fusion", fusion_code(spec.fusion)),
       fmt::arg("b_channels", spec.b_scales == ScaleB::channels ? "true" : "false"),
       fmt::arg("grid_dependency", spec.grid_dependency() ? "true" : "false"));

@@ -466,6 +466,22 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
           s.validate();
           out.push_back(s);
         }
+  // CTA pairs sharing B (cluster=2x1, v30): the static scheduler, unfused.
+  for (const TileChoice& t : {kFp8Large, kFp8Wide, kFp8Full})
+    for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
+      for (DType c : {DType::bf16, DType::f32}) {
+        KernelSpec s;
+        s.family = KernelFamily::hopper;
+        s.arch = arch;
+        s.layout = layout;
+        s.a = s.b = DType::e4m3;
+        s.c = c;
+        s.scheduler = Scheduler::static_persistent;
+        s = with_tile(s, t);
+        s.cluster_m = 2;
+        s.validate();
+        out.push_back(s);
+      }
   return out;
 }
 

@@ -264,12 +264,14 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     // Split GLU: each consumer slice's B in a gate box and an up box of half a slice (load_b_tile).
     const unsigned fp8_slice_n = spec.tile.m == 64 ? spec.tile.n / 2 : spec.tile.n;
     const bool split_glu = fusion.glu_activation() && fusion.glu == GluLayout::split;
+    // 2x1 pairs: each rank loads half the B tile.
     TmaDescriptor tma_b = make_tma_2d_swizzled(args.b, spec.b, (std::uint64_t)args.num_groups * args.n, args.k,
-                                               split_glu ? fp8_slice_n / 2 : spec.tile.n, 128);
+                                               split_glu ? fp8_slice_n / 2 : spec.tile.n / spec.cluster_m, 128);
     std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
     TmaDescriptor tma_c = spec.stages_c() ? make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c))
                                           : tma_a;
     void* params[] = {&p, &tma_a, &tma_b, &tma_c, &fp};  // the unfused kernel takes the first four
+    if (spec.cluster_m == 2) add_cta_pair(config);
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else if (spec.family == KernelFamily::hopper && spec.is_weight_only_4bit()) {
     // 4-bit weight-only (hopper_w4/): activations in boxes of tile-M tokens x 64 K (128-byte
@@ -311,15 +313,8 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
     TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c));
     void* params[] = {&p, &tma_a, &tma_b, &tma_c, &fp};  // the unfused kernel takes the first four
-    if (spec.cluster_m * spec.cluster_n == 2) {
-      // CTA pairs on neighbouring N tiles (1x2, A multicast) or M tiles (2x1, B multicast): an
-      // even grid, one pair at least.
-      config.gridDimX = std::max(2u, config.gridDimX & ~1u);
-      CUlaunchAttribute& cluster = attrs[config.numAttrs++];
-      cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      cluster.value.clusterDim.x = 2;
-      cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
-    }
+    // CTA pairs on neighbouring N tiles (1x2, A multicast) or M tiles (2x1, B multicast).
+    if (spec.cluster_m * spec.cluster_n == 2) add_cta_pair(config);
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));
   } else {
     void* params[] = {&p, &fp};  // the unfused kernel takes the first one

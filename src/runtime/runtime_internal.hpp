@@ -1,6 +1,7 @@
 // What the routing helpers (src/runtime/routing.cpp) need from a Runtime: its cache, its context,
 // and modules that live as long as it does. Internal; not part of the public surface.
 #pragma once
+#include <algorithm>
 #include <cuda.h>
 
 #include <cstdint>
@@ -32,6 +33,16 @@ inline void add_programmatic_launch(CUlaunchConfig& config, bool on) {
   CUlaunchAttribute& a = config.attrs[config.numAttrs++];
   a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
   a.value.programmaticStreamSerializationAllowed = 1;
+}
+
+// A launch of CTA pairs (a 2-CTA cluster along x, hopper cluster=1x2 / 2x1): an even grid, one
+// pair at least. `config.attrs` needs room for one more attribute.
+inline void add_cta_pair(CUlaunchConfig& config) {
+  config.gridDimX = std::max(2u, config.gridDimX & ~1u);
+  CUlaunchAttribute& cluster = config.attrs[config.numAttrs++];
+  cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster.value.clusterDim.x = 2;
+  cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
 }
 
 }  // namespace moejit

@@ -31,6 +31,7 @@
 #include "moejit/hopper/epilogue.cuh"
 #include "moejit/hopper/fused_epilogue.cuh"
 #include "moejit/hopper/tile_ring.cuh"
+#include "moejit/hopper/cluster.cuh"
 #include "moejit/hopper/gather.cuh"
 #include "moejit/hopper_fp8/wgmma_fp8_ops.cuh"
 
@@ -153,7 +154,7 @@ __device__ __forceinline__ int role_blocks_of(int value, int block, int before_s
 // piece promotes its own K blocks and its consumers exchange the promoted sums (split_reduce) before
 // the per-channel scales and the store, which only the last piece runs.
 template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class Fuse = NoFusion,
-          bool kChannelScalesB = false, int kScheduler = kSchedulerStatic, bool kSplitTail = false>
+          bool kChannelScalesB = false, int kScheduler = kSchedulerStatic, bool kSplitTail = false, int kClusterM = 1>
 __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
                                                  const TmaDescriptor& tma_c, const FusionParams* f = nullptr) {
@@ -170,6 +171,9 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32 || kTypeC == kE4M3, "C must be bf16, f16, f32 or e4m3");
   static_assert(kTypeC != kE4M3 || (!Fuse::scatter && !kSplitTail), "c=e4m3: written in routed order, whole tiles");
   static_assert(!kSplitTail || !Fuse::any, "split=tail: unfused kernels only (a bias would be added once per piece)");
+  static_assert(kClusterM == 1 || (kClusterM == 2 && kBlockM == 128 && kScheduler == kSchedulerStatic && !kSplitTail &&
+                                   !Fuse::any && kTypeC != kE4M3),
+                "FP8 CTA pairs (cluster=2x1): 128-row tiles, static scheduler, unfused, whole tiles");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // 128
@@ -192,6 +196,19 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // instructions per k-block on 128x192, R2UR 16 -> 4). Not in the split=tail kernels: there the
   // shuffles' registers made ptxas spill 24-40 bytes (128x192).
   constexpr bool kUniformHints = !kSplitTail;
+  // cluster=2x1 (v30): CTA pairs take the two M tiles 2i, 2i+1 of one (group, N tile) and share B:
+  // each rank loads its own A and one half of the B tile (kBlockN/2 rows: the B map's box),
+  // multicast to both, so a CTA pulls 16 + 16 KB instead of 16 + 32 KB per 128x256 k-block from L2
+  // (Nsight Compute: L2 throughput 85% on Mixtral down 16384 unpaired, docs/perf.md v30). A stage
+  // is then freed by both CTAs' consumers (the empty barriers count 16 warps, half of them arriving
+  // from the peer). A group with an odd M-tile count leaves rank 1 without rows in its last pair:
+  // it still loads and multicasts its half of B, its consumers only pass the stages on. Static
+  // scheduler only: both ranks walk the same pair tiles, cluster c taking c, c + clusters, ...
+  constexpr bool kPairM = kClusterM == 2;
+  constexpr unsigned kBHalfBytes = kBBytes / 2;
+  const unsigned rank = kPairM ? cluster_ctarank() : 0u;
+  const int cluster_id = kPairM ? cluster_id_x() : (int)blockIdx.x;
+  const int clusters = kPairM ? cluster_count_x() : (int)gridDim.x;
   auto uniform = [](auto value) { return kUniformHints ? __shfl_sync(0xffffffffu, value, 0) : value; };
 
   // Layout: [A stages][B stages][C staging, if kStaged][scale stages][full bars][empty bars][tile ring]
@@ -221,12 +238,16 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // + one cp.async arrival per producer thread once its copies (its scales; with fuse=gather
       // its rows too) have landed: the producer warpgroup's 128 threads, or warp 0's 32 lanes.
       mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1 + 32);
-      mbarrier_init(empty_bars + 8 * st, kConsumerWarps);
+      mbarrier_init(empty_bars + 8 * st, kConsumerWarps * kClusterM);
     }
     if constexpr (kDynamic) ring.init(kConsumerWarps + (Fuse::gather ? 3 : 0));  // + producer warps 1-3 when they gather
     mbarrier_init_fence();
   }
-  __syncthreads();
+  if constexpr (kPairM) {
+    cluster_sync();  // the peer's barriers are initialized before anything arrives on them
+  } else {
+    __syncthreads();
+  }
 
   const int num_k_blocks = (p.k + kFp8BlockK - 1) / kFp8BlockK;
   const int n_scale_blocks = (p.n + 127) / 128;
@@ -254,7 +275,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     return kTwoScaleBlocks && second && n0 + (128 - n0 % 128) < p.n ? first + k_blocks : first;
   };
   const int warpgroup = uniform((int)(threadIdx.x / 128));
-  GroupTileCursor<kLayout, kBlockM, kBlockN> cursor;
+  GroupTileCursor<kLayout, kBlockM * kClusterM, kBlockN> cursor;  // pairs: (group, pair of M tiles, N tile)
   TileCoord tile;
 
   // Registers per role. One warp walks the tiles, lane 0 issues the TMA copies and every lane its
@@ -331,7 +352,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
-        const int unit_index = kDynamic ? ring.publish_warp(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
+        const int unit_index = kDynamic ? ring.publish_warp(p.tile_counter) : cluster_id + tile_iter * clusters;
         SplitUnit unit{unit_index, 0, k_blocks, -1};
         if constexpr (kSplitTail) unit = split_unit(p, unit_index, k_blocks);
         if (!cursor.seek_warp(p, unit.tile, tile)) {
@@ -339,6 +360,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, unit_index, units);
           break;
         }
+        if constexpr (kPairM) tile.m_block = tile.m_block * 2 + (int)rank;
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + tile.n_block * kBlockN;
         const int rows_left = tile.group_rows - tile.m_block * kBlockM;
@@ -358,6 +380,9 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
             if constexpr (Fuse::glu_split)
               load_b_tile<kBlockN, kWgN, true>(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, tile.group,
                                                tile.n_block, p.n);
+            else if constexpr (kPairM)  // B half `rank` into both CTAs; the peer's half may land before the expect_tx above
+              tma_load_2d_multicast(b_stages + stage * kBBytes + rank * kBHalfBytes, tma_b, full, kb * kFp8BlockK,
+                                    b_row + (int)rank * (kBlockN / 2), 3);
             else
               tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
           }
@@ -378,6 +403,12 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     const unsigned b_offset = kSplitN ? consumer * kWgN * kRowBytes : 0u;
     const int tile_row0 = kSplitN ? 0 : consumer * 64;
     const int tile_col0 = kSplitN ? consumer * kWgN : 0;
+    // A stage goes back to this CTA's producer and, paired, to the peer's (which multicasts into it).
+    const unsigned peer_empty_offset = kPairM ? cluster_map(empty_bars, rank ^ 1u) - empty_bars : 0u;
+    auto release_stage = [&](int st) {
+      mbarrier_arrive(empty_bars + 8 * st);
+      if constexpr (kPairM) mbarrier_arrive_remote_stage(empty_bars + 8 * st + peer_empty_offset);
+    };
 
     // The descriptors' high words are constants; their low words (the start address) go through
     // uniform(), as do kb_begin / kb_end and the tile below.
@@ -391,13 +422,14 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     unsigned phase = 0;
     unsigned c_state = 0;  // staged epilogue: the chunk buffers' state (store_accumulators_staged)
     for (int tile_iter = 0;; ++tile_iter) {
-      const int unit_index = kDynamic ? ring.take(lane) : (int)(blockIdx.x + tile_iter * gridDim.x);
+      const int unit_index = kDynamic ? ring.take(lane) : cluster_id + tile_iter * clusters;
       SplitUnit unit{unit_index, 0, k_blocks, -1};
       if constexpr (kSplitTail) unit = split_unit(p, unit_index, k_blocks);
       const int kb_begin = uniform(unit.kb_begin), kb_end = uniform(unit.kb_end);
       if (!cursor.seek_warp(p, unit.tile, tile)) break;
       tile.group = uniform(tile.group);
       tile.m_block = uniform(tile.m_block);
+      if constexpr (kPairM) tile.m_block = tile.m_block * 2 + (int)rank;
       tile.n_block = uniform(tile.n_block);
       tile.row_begin = uniform(tile.row_begin);
       tile.group_rows = uniform(tile.group_rows);
@@ -406,7 +438,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         // divergent branch makes ptxas serialize all of them (C7520).
         for (int kb = kb_begin; kb < kb_end; ++kb) {
           mbarrier_wait(full_bars + 8 * stage, phase);
-          if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
+          if (lane == 0) release_stage(stage);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
         continue;
@@ -455,7 +487,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           wgmma_wait<0>();
           wgmma_fence_operands(part);
           if (half == kHalves - 1) {
-            if (lane == 0) mbarrier_arrive(empty_bars + 8 * stage);
+            if (lane == 0) release_stage(stage);
             if (++stage == kStages) stage = 0, phase ^= 1;
           }
           // Register 4j + 2h + e of the m64nN layout belongs to row lane/4 + 8h, column 8j + ...
@@ -510,6 +542,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     // Shared memory must outlive the TMA stores' reads of it.
     if (kStaged && warp_in_group == 0 && lane == 0) tma_store_wait_all();
   }
+  // Paired: no CTA exits while its peer may still multicast into it or arrive on its barriers.
+  if constexpr (kPairM) cluster_sync();
 }
 
 }  // namespace moejit::hopper
