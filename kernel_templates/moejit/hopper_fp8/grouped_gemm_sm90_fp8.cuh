@@ -238,6 +238,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // + one cp.async arrival per producer thread once its copies (its scales; with fuse=gather
       // its rows too) have landed: the producer warpgroup's 128 threads, or warp 0's 32 lanes.
       mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1 + 32);
+      // Lane 0 of each consumer warp, of both CTAs when paired (release_stage).
       mbarrier_init(empty_bars + 8 * st, kConsumerWarps * kClusterM);
     }
     if constexpr (kDynamic) ring.init(kConsumerWarps + (Fuse::gather ? 3 : 0));  // + producer warps 1-3 when they gather
@@ -403,11 +404,20 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     const unsigned b_offset = kSplitN ? consumer * kWgN * kRowBytes : 0u;
     const int tile_row0 = kSplitN ? 0 : consumer * 64;
     const int tile_col0 = kSplitN ? consumer * kWgN : 0;
-    // A stage goes back to this CTA's producer and, paired, to the peer's (which multicasts into it).
+    // A stage goes back to this CTA's producer and, paired, to the peer's (which multicasts B into
+    // it), by lane 0 of each warp. The warp's LDS reads of the stage's scales come before the
+    // warpgroup's wgmma.fence and wgmma.wait (.sync.aligned), and __syncwarp orders them before lane
+    // 0's arrival (bar.warp.sync orders memory among the warp's threads); DeepGEMM's FP8 kernel
+    // releases its stages the same way. racecheck does not follow that order and reports hazards
+    // against the producer's next copies; every thread arriving instead satisfies it but took
+    // 1.03-1.17x the time at 4096-16384 tokens (docs/perf.md v30).
     const unsigned peer_empty_offset = kPairM ? cluster_map(empty_bars, rank ^ 1u) - empty_bars : 0u;
     auto release_stage = [&](int st) {
-      mbarrier_arrive(empty_bars + 8 * st);
-      if constexpr (kPairM) mbarrier_arrive_remote_stage(empty_bars + 8 * st + peer_empty_offset);
+      __syncwarp();
+      if (lane == 0) {
+        mbarrier_arrive(empty_bars + 8 * st);
+        if constexpr (kPairM) mbarrier_arrive_remote_stage(empty_bars + 8 * st + peer_empty_offset);
+      }
     };
 
     // The descriptors' high words are constants; their low words (the start address) go through
@@ -438,7 +448,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         // divergent branch makes ptxas serialize all of them (C7520).
         for (int kb = kb_begin; kb < kb_end; ++kb) {
           mbarrier_wait(full_bars + 8 * stage, phase);
-          if (lane == 0) release_stage(stage);
+          release_stage(stage);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
         continue;
@@ -487,7 +497,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           wgmma_wait<0>();
           wgmma_fence_operands(part);
           if (half == kHalves - 1) {
-            if (lane == 0) release_stage(stage);
+            release_stage(stage);
             if (++stage == kStages) stage = 0, phase ^= 1;
           }
           // Register 4j + 2h + e of the m64nN layout belongs to row lane/4 + 8h, column 8j + ...
