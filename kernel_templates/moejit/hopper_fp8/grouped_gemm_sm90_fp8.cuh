@@ -238,8 +238,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // + one cp.async arrival per producer thread once its copies (its scales; with fuse=gather
       // its rows too) have landed: the producer warpgroup's 128 threads, or warp 0's 32 lanes.
       mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1 + 32);
-      // Lane 0 of each consumer warp, of both CTAs when paired (release_stage).
-      mbarrier_init(empty_bars + 8 * st, kConsumerWarps * kClusterM);
+      // One thread per consumer warpgroup, of both CTAs when paired (release_stage).
+      mbarrier_init(empty_bars + 8 * st, 2 * kClusterM);
     }
     if constexpr (kDynamic) ring.init(kConsumerWarps + (Fuse::gather ? 3 : 0));  // + producer warps 1-3 when they gather
     mbarrier_init_fence();
@@ -405,16 +405,16 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     const int tile_row0 = kSplitN ? 0 : consumer * 64;
     const int tile_col0 = kSplitN ? consumer * kWgN : 0;
     // A stage goes back to this CTA's producer and, paired, to the peer's (which multicasts B into
-    // it), by lane 0 of each warp. The warp's LDS reads of the stage's scales come before the
-    // warpgroup's wgmma.fence and wgmma.wait (.sync.aligned), and __syncwarp orders them before lane
-    // 0's arrival (bar.warp.sync orders memory among the warp's threads); DeepGEMM's FP8 kernel
-    // releases its stages the same way. racecheck does not follow that order and reports hazards
-    // against the producer's next copies; every thread arriving instead satisfies it but took
-    // 1.03-1.17x the time at 4096-16384 tokens (docs/perf.md v30).
+    // it), by the warpgroup's first thread after a named barrier over the warpgroup, which orders
+    // every thread's LDS reads of the stage's scales (and its wgmma.wait) before that arrival
+    // (bar.sync orders memory among its threads); no cost measured against lane 0 per warp. racecheck
+    // does not follow a barrier into another thread's mbarrier arrival and still reports the reads
+    // against the producer's next copies; every thread arriving satisfies it but took 1.03-1.17x
+    // the time (docs/perf.md v30). Barrier 1 + consumer, the warpgroup's epilogue barrier.
     const unsigned peer_empty_offset = kPairM ? cluster_map(empty_bars, rank ^ 1u) - empty_bars : 0u;
     auto release_stage = [&](int st) {
-      __syncwarp();
-      if (lane == 0) {
+      named_barrier_sync<128>(1 + consumer);
+      if (threadIdx.x % 128 == 0) {
         mbarrier_arrive(empty_bars + 8 * st);
         if constexpr (kPairM) mbarrier_arrive_remote_stage(empty_bars + 8 * st + peer_empty_offset);
       }
