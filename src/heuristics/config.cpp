@@ -450,38 +450,28 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
     return out;
   }
   if (!hopper_capable(arch)) return {};
+  auto add = [&](const TileChoice& t, GroupLayout layout, DType c, Scheduler sched, int cluster_m) {
+    KernelSpec s;
+    s.family = KernelFamily::hopper;
+    s.arch = arch;
+    s.layout = layout;
+    s.a = s.b = DType::e4m3;
+    s.c = c;
+    s.scheduler = sched;
+    s = with_tile(s, t);
+    s.cluster_m = cluster_m;
+    s.validate();
+    out.push_back(s);
+  };
   for (const TileChoice& t : {kFp8Small, kFp8SmallDeep, kFp8Large, kFp8Wide, kFp8WideSplit, kFp8WideDeep, kFp8Full})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (DType c : {DType::bf16, DType::f16, DType::f32})
-        for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic}) {
-          if (sched == Scheduler::dynamic && c == DType::f16) continue;  // as bf16 C but for the conversion
-          KernelSpec s;
-          s.family = KernelFamily::hopper;
-          s.arch = arch;
-          s.layout = layout;
-          s.a = s.b = DType::e4m3;
-          s.c = c;
-          s.scheduler = sched;
-          s = with_tile(s, t);
-          s.validate();
-          out.push_back(s);
-        }
+        for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic})
+          if (sched != Scheduler::dynamic || c != DType::f16) add(t, layout, c, sched, 1);  // dynamic f16: as bf16 but for the conversion
   // CTA pairs sharing B (cluster=2x1, v30): the static scheduler, unfused.
   for (const TileChoice& t : {kFp8Large, kFp8Wide, kFp8Full})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
-      for (DType c : {DType::bf16, DType::f32}) {
-        KernelSpec s;
-        s.family = KernelFamily::hopper;
-        s.arch = arch;
-        s.layout = layout;
-        s.a = s.b = DType::e4m3;
-        s.c = c;
-        s.scheduler = Scheduler::static_persistent;
-        s = with_tile(s, t);
-        s.cluster_m = 2;
-        s.validate();
-        out.push_back(s);
-      }
+      for (DType c : {DType::bf16, DType::f32}) add(t, layout, c, Scheduler::static_persistent, 2);
   return out;
 }
 
