@@ -25,7 +25,6 @@ N, K its JIT bakes into the kernel ("" leaves them to run time).
 Prints CSV: peer,model,gemm,tokens,ms,rel_err. Usage: DG_ROOT=... python3 deepgemm_peer.py
 routing.csv [fp8|bf16|both]
 """
-import csv
 import faulthandler
 import os
 import shutil
@@ -33,7 +32,7 @@ import sys
 
 import torch
 
-from peers import SHAPES, median_ms
+from peers import median_ms, routing_cases
 
 
 def load_deepgemm():
@@ -154,19 +153,14 @@ def main(routing_path, which):
     faulthandler.enable()
     torch.manual_seed(0)
     dg = load_deepgemm()
-    weights = {}
-    for row in csv.reader(open(routing_path)):
-        model, gemm, tokens, counts = row[0], row[1], int(row[2]), [int(c) for c in row[3:]]
-        E, topk, hidden, inter, up_n = SHAPES[model]
-        n, k = (up_n, hidden) if gemm == "up" else (hidden, inter)
-        if (model, gemm) not in weights:
-            weights.clear()
-            torch.cuda.empty_cache()
-            b8 = random_e4m3((E, n, k)) if which in ("fp8", "both") else None
-            sfb = torch.rand(E, (n + 127) // 128, (k + 127) // 128, device="cuda") + 0.5 if b8 is not None else None
-            w = (torch.randn(E, n, k, device="cuda", dtype=torch.bfloat16) * 0.05) if which in ("bf16", "both") else None
-            weights[(model, gemm)] = (b8, sfb, w)
-        b8, sfb, w = weights[(model, gemm)]
+
+    def make_weights(E, n, k):
+        b8 = random_e4m3((E, n, k)) if which in ("fp8", "both") else None
+        sfb = torch.rand(E, (n + 127) // 128, (k + 127) // 128, device="cuda") + 0.5 if b8 is not None else None
+        w = (torch.randn(E, n, k, device="cuda", dtype=torch.bfloat16) * 0.05) if which in ("bf16", "both") else None
+        return b8, sfb, w
+
+    for model, gemm, tokens, counts, n, k, (b8, sfb, w) in routing_cases(routing_path, make_weights):
         for kind, run in (("fp8", lambda: fp8_case(dg, model, gemm, tokens, counts, n, k, b8, sfb)),
                           ("bf16", lambda: bf16_case(dg, model, gemm, tokens, counts, n, k, w))):
             if which not in (kind, "both"):

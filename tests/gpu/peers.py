@@ -34,19 +34,27 @@ def ceilings():
     print(f"ceiling,copy_gbps,,,{ms:.4f},{2 * x.numel() * 2 / ms / 1e6:.1f}", flush=True)
 
 
-def main(routing_path):
-    torch.manual_seed(0)
-    ceilings()
-    weights = {}
+def routing_cases(routing_path, make_weights):
+    """The suite's cases in routing.csv (model,gemm,tokens,count_0..) as (model, gemm, tokens,
+    counts, n, k, weights). make_weights(E, n, k) builds a GEMM's weights once per (model, gemm);
+    the previous GEMM's are freed first (rows of one GEMM come together)."""
+    key, weights = None, None
     for row in csv.reader(open(routing_path)):
         model, gemm, tokens, counts = row[0], row[1], int(row[2]), [int(c) for c in row[3:]]
         E, topk, hidden, inter, up_n = SHAPES[model]
         n, k = (up_n, hidden) if gemm == "up" else (hidden, inter)
-        if (model, gemm) not in weights:
-            weights.clear()
+        if key != (model, gemm):
+            weights = None  # the previous GEMM's, freed before the next ones are built
             torch.cuda.empty_cache()
-            weights[(model, gemm)] = torch.randn(E, n, k, device="cuda", dtype=torch.bfloat16) * 0.05
-        w = weights[(model, gemm)]
+            key, weights = (model, gemm), make_weights(E, n, k)
+        yield model, gemm, tokens, counts, n, k, weights
+
+
+def main(routing_path):
+    torch.manual_seed(0)
+    ceilings()
+    bf16_weights = lambda E, n, k: torch.randn(E, n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+    for model, gemm, tokens, counts, n, k, w in routing_cases(routing_path, bf16_weights):
         rows = sum(counts)
         a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
         offs = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)

@@ -6,12 +6,11 @@ faster at decode) and torch._scaled_grouped_mm (FP8 e4m3 with row-wise scales; t
 Ceilings: a large bf16 GEMM (cuBLAS), a large FP8 GEMM (torch._scaled_mm), a device copy.
 Prints CSV: kind,model,gemm,tokens,ms,value (the form of tests/gpu/peers.py).
 """
-import csv
 import sys
 
 import torch
 
-from peers import SHAPES, median_ms  # tests/gpu/peers.py: the suite's shapes and timing
+from peers import median_ms, routing_cases  # tests/gpu/peers.py: the suite's cases and timing
 
 
 def ceilings():
@@ -39,17 +38,11 @@ def ceilings():
 def main(routing_path):
     torch.manual_seed(0)
     ceilings()
-    weights = {}
-    for row in csv.reader(open(routing_path)):
-        model, gemm, tokens, counts = row[0], row[1], int(row[2]), [int(c) for c in row[3:]]
-        E, topk, hidden, inter, up_n = SHAPES[model]
-        n, k = (up_n, hidden) if gemm == "up" else (hidden, inter)
-        if (model, gemm) not in weights:
-            weights.clear()
-            torch.cuda.empty_cache()
-            w = torch.randn(E, n, k, device="cuda", dtype=torch.bfloat16) * 0.05
-            weights[(model, gemm)] = (w, w.to(torch.float8_e4m3fn), torch.rand(E, n, device="cuda") + 0.5)
-        w, w8, sb = weights[(model, gemm)]
+    def make_weights(E, n, k):
+        w = torch.randn(E, n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+        return w, w.to(torch.float8_e4m3fn), torch.rand(E, n, device="cuda") + 0.5
+
+    for model, gemm, tokens, counts, n, k, (w, w8, sb) in routing_cases(routing_path, make_weights):
         rows = sum(counts)
         a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
         offs = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
