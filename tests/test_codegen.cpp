@@ -30,6 +30,24 @@ TEST_CASE("different specs give different sources", "[codegen]") {
   CHECK(a != b);
 }
 
+TEST_CASE("a tile band is defined ahead of the kernel's includes, and only when set", "[codegen]") {
+  const TemplateStore& templates = TemplateStore::from_embedded();
+  for (auto text : {"family=hopper,tile=128x256x64,stages=4", "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4",
+                    "family=hopper,b=mxfp4,tile=256x128x64,stages=4", "family=hopper,tile=128x256x64,stages=4,act=silu",
+                    "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,fuse=bias",
+                    "family=hopper,b=nvfp4,tile=256x128x64,stages=4,fuse=weight"}) {
+    INFO(text);
+    KernelSpec spec = KernelSpec::parse(text);
+    const std::string plain = generate_source(spec, templates).source;
+    CHECK(plain.find("MOEJIT_TILE_BAND") == std::string::npos);
+    spec.band = 8;
+    const std::string banded = generate_source(spec, templates).source;
+    const auto define = banded.find("#define MOEJIT_TILE_BAND 8\n");
+    REQUIRE(define != std::string::npos);
+    CHECK(define < banded.find("#include"));
+  }
+}
+
 TEST_CASE("invalid specs are not rendered", "[codegen]") {
   CHECK_THROWS_AS(generate_source(KernelSpec::parse("stages=1"), TemplateStore::from_embedded()), SpecError);
 }

@@ -379,6 +379,18 @@ TEST_CASE("fp8: split=tail, the last round's tiles in pieces of K (block and per
 
 // The row-wise recipe (torch._scaled_grouped_mm's): per-row A scales and one B scale per output
 // channel (b_scales=channels), applied to the promoted sum after the K loop.
+TEST_CASE("fp8: tile bands (band=N), each tile and scheduler, CTA pairs", "[gpu][fp8][band]") {
+  if (!has_sm90a()) return skip_without_sm90a("FP8");
+  std::mt19937 rng(8117);
+  for (const char* variant : {"tile=128x256x128,stages=4,band=2", "tile=128x192x128,stages=4,sched=dynamic,band=3",
+                              "tile=128x256x128,stages=4,cluster=2x1,band=2", "tile=64x256x128,stages=4,sched=dynamic,band=3,layout=masked"}) {
+    KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,a=e4m3,b=e4m3,{}", variant));
+    spec.arch = runtime().arch();
+    auto p = fp8_problem(spec.layout, spec.c, {1000, 0, 490, 534, 1, 129, 2100, 383}, 1000, 640, rng);
+    run_spec(spec, p, "bands");
+  }
+}
+
 TEST_CASE("fp8: per-channel weight scales (b_scales=channels), every Hopper FP8 tile", "[gpu][fp8]") {
   if (!has_sm90a()) return skip_without_sm90a("FP8");
   std::mt19937 rng(8106);
@@ -512,6 +524,18 @@ TEST_CASE("w4: 256-token and 256-row tiles, mixed groups, ragged N, partial K, s
       run_spec(spec, p, "256-token mixed");
       auto q = w4_problem(spec.layout, b, spec.c, {700, 0, 1024, 513, 64, 9, 300}, 640, 2880, rng);
       run_spec(spec, q, "256-token multi-tile");
+    }
+}
+
+TEST_CASE("w4: tile bands (band=N) on the 128- and 256-token tiles", "[gpu][w4][band]") {
+  if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
+  std::mt19937 rng(4117);
+  for (DType b : {DType::mxfp4, DType::nvfp4})
+    for (const char* variant : {"tile=256x128x64,stages=4,band=2", "tile=128x128x64,stages=8,sched=dynamic,band=3,layout=masked"}) {
+      KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},{}", to_text(b), variant));
+      spec.arch = runtime().arch();
+      auto p = w4_problem(spec.layout, b, spec.c, {1000, 0, 490, 534, 1, 129, 2100, 383}, 640, 704, rng);
+      run_spec(spec, p, "bands");
     }
 }
 

@@ -148,6 +148,27 @@ TEST_CASE("2x1 CTA pairs: DeepSeek-V3-like groups (odd and even M-tile counts), 
   }
 }
 
+TEST_CASE("tile bands (band=N): Mixtral-like and DeepSeek-like groups, each cluster and scheduler", "[gpu][band]") {
+  // Bands shorter than, equal to and longer than the groups' M-tile counts; a short last band
+  // (1000 rows: 8 tiles in bands of 3); N = 1000: four N tiles of 256, the last partial.
+  const Arch arch = runtime().arch();
+  if (!(arch.sm() == 90 && arch.arch_specific)) {
+    WARN("no sm_90a device: tile bands not tested");
+    return;
+  }
+  std::mt19937 rng(4711);
+  for (const char* text : {"tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,band=3",
+                           "tile=128x256x64,stages=4,cluster=1x2,sched=static,layout=masked,band=2",
+                           "tile=128x256x64,stages=4,cluster=2x1,sched=static,band=2",
+                           "tile=128x256x64,stages=4,sched=dynamic,c=f32,band=1",
+                           "tile=64x128x64,stages=8,sched=dynamic,band=5"}) {
+    KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,arch={},{}", arch.to_text(), text));
+    spec.validate();
+    auto p = make_problem(spec, {1000, 0, 490, 534, 1, 129, 2100, 383}, 1000, 320, rng);
+    run_and_check(spec, p, "bands", spec.scheduler == Scheduler::dynamic ? 2 : 1);
+  }
+}
+
 TEST_CASE("all groups empty: nothing is written", "[gpu]") {
   std::mt19937 rng(7);
   for (auto& spec : all_specs()) {

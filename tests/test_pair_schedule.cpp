@@ -236,9 +236,9 @@ struct Found {
   }
 };
 
-template <int kLayout, int kM, int kN>
+template <int kLayout, int kM, int kN, int kBand = 0>
 void compare_walks(const GroupedGemmParams& p, const std::vector<int>& numbers) {
-  GroupTileCursor<kLayout, kM, kN> scalar;
+  GroupTileCursor<kLayout, kM, kN, 0, kBand> scalar;
   std::vector<Found> want;
   for (int t : numbers) {
     Found f{};
@@ -254,7 +254,7 @@ void compare_walks(const GroupedGemmParams& p, const std::vector<int>& numbers) 
   for (unsigned lane = 0; lane < 32; ++lane)
     lanes.emplace_back([&, lane] {
       threadIdx.x = lane;
-      GroupTileCursor<kLayout, kM, kN> cursor;
+      GroupTileCursor<kLayout, kM, kN, 0, kBand> cursor;
       for (int t : numbers) {
         Found f{};
         f.ok = cursor.seek_warp(p, t, f.c);
@@ -302,4 +302,56 @@ TEST_CASE("seek_warp: every lane finds the tiles seek finds (decode-like and pre
   check_warp_walk<16, 128>({0, 0, 0}, 128, 3);
   check_warp_walk<16, 128>({}, 128, 2);
   check_warp_walk<128, 256>({1}, 4096, 2);
+}
+
+// Tile bands (KernelSpec::band): the cursor's numbering of a group's tiles is a permutation of the
+// plain one — every (group, M tile, N tile) once — in bands of kBand M tiles, M fastest inside a
+// band, N sweeping across it; the last band of a group may be short. Also through seek_warp.
+namespace {
+
+template <int kBand>
+void check_bands(const std::vector<int>& rows, int n) {
+  INFO("band " << kBand << " groups " << rows.size() << " n " << n);
+  constexpr int kM = 128, kN = 256;
+  const HostGroups host(rows, n, 3);
+  const GroupedGemmParams p = host.params(false);
+  const int n_tiles = (n + kN - 1) / kN;
+  GroupTileCursor<kLayoutContiguous, kM, kN, 0, kBand> cursor;
+  std::map<Work, int> seen;
+  int t = 0;
+  for (int g = 0; g < (int)rows.size(); ++g) {
+    const int m_tiles = (rows[g] + kM - 1) / kM;
+    for (int band = 0; band * kBand < m_tiles; ++band) {
+      const int band_m = std::min(kBand, m_tiles - band * kBand);
+      for (int j = 0; j < n_tiles; ++j)
+        for (int i = 0; i < band_m; ++i, ++t) {
+          TileCoord c{};
+          REQUIRE(cursor.seek(p, t, c));
+          CHECK(c.group == g);
+          CHECK(c.m_block == band * kBand + i);
+          CHECK(c.n_block == j);
+          ++seen[{c.group, c.m_block, c.n_block}];
+        }
+    }
+  }
+  TileCoord c{};
+  CHECK_FALSE(cursor.seek(p, t, c));
+  for (const auto& [work, count] : seen) CHECK(count == 1);
+  // The warp-wide walk numbers the tiles the same way.
+  std::vector<int> numbers;
+  for (int i = 0; i <= t; i += 3) numbers.push_back(i);
+  numbers.push_back(t + 1);
+  compare_walks<kLayoutContiguous, kM, kN, kBand>(p, numbers);
+}
+
+}  // namespace
+
+TEST_CASE("tile bands: each tile once, in bands of M tiles with N sweeping inside", "[scheduler][band]") {
+  const std::vector<int> rows = {4096, 0, 1000, 129, 1, 2050, 512};
+  for (int n : {256, 1000, 4096}) {
+    check_bands<1>(rows, n);
+    check_bands<3>(rows, n);
+    check_bands<8>(rows, n);
+    check_bands<64>(rows, n);  // longer than every group: the plain order
+  }
 }

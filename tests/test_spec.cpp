@@ -1,6 +1,8 @@
 // KernelSpec: canonical text round trip, every rejection path, pinned key.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include "moejit/errors.hpp"
 #include "moejit/spec.hpp"
 
@@ -402,6 +404,30 @@ TEST_CASE("split-K tail: split=tail on the unfused single-CTA 16-bit and FP8 Hop
     CHECK_THROWS_WITH(KernelSpec::parse(bad).validate(), Catch::Matchers::Contains("split=tail"));
   }
   CHECK_THROWS_WITH(KernelSpec::parse("split=stream"), Catch::Matchers::Contains("none|tail"));
+}
+
+TEST_CASE("tile bands: band=N on the Hopper families, printed only when set", "[spec]") {
+  auto plain = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic");
+  CHECK(plain.band == 0);
+  CHECK(plain.to_text().find("band") == std::string::npos);  // earlier texts and keys unchanged
+  for (const char* text : {"family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,band=8",
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,band=16",
+                           "family=hopper,b=nvfp4,tile=256x128x64,stages=4,band=4",
+                           "family=hopper,tile=128x256x64,stages=4,split=tail,band=1"}) {
+    INFO(text);
+    auto s = KernelSpec::parse(text);
+    s.validate();
+    CHECK(s.band > 0);
+    CHECK(s.to_text().ends_with(fmt::format(",band={}", s.band)));
+    CHECK(KernelSpec::parse(s.to_text()) == s);
+  }
+  auto banded = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,band=8");
+  CHECK_FALSE(banded.key() == plain.key());
+  for (const char* bad : {"family=portable,arch=sm_80,band=8", "family=hopper,band=-1", "family=hopper,band=2000"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(KernelSpec::parse(bad).validate(), Catch::Matchers::Contains("band="));
+  }
+  CHECK_THROWS_WITH(KernelSpec::parse("family=hopper,band=wide"), Catch::Matchers::Contains("'band'"));
 }
 
 TEST_CASE("fusion specs round-trip for every flag, activation and layout", "[spec][fusion]") {

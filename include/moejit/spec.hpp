@@ -44,6 +44,10 @@ enum class ScaleB { blocks, channels };
 // runtime owns) before it stores C (kernel_templates/moejit/common/split_tail.cuh). The launch
 // decides from the exact tile count whether and how far to split. Printed as ",split=tail" when on.
 enum class SplitK { none, tail };
+// Tile order inside a group (Hopper families): band = 0 sweeps all of a group's M tiles for one N
+// tile after another; band = b walks bands of b M tiles, N sweeping inside each band, so that a
+// group's A larger than L2 is read from DRAM about once instead of once per N tile
+// (kernel_templates/moejit/common/scheduler.cuh). Printed as ",band=b" when not 0.
 inline bool is_glu(Activation a) { return a == Activation::swiglu || a == Activation::swiglu_oai; }
 
 // Compute capability, e.g. {9, 0, true} is sm_90a (arch-specific features: wgmma, setmaxnreg).
@@ -101,6 +105,7 @@ struct KernelSpec {
   Fusion fusion{};
   ScaleB b_scales = ScaleB::blocks;  // a = b = e4m3 only
   SplitK split = SplitK::none;       // hopper bf16/f16/e4m3, unfused, cluster 1x1 only
+  int band = 0;                      // hopper only: M tiles per band of the tile order (0 = off)
 
   std::string to_text() const;
   static KernelSpec parse(std::string_view text);  // throws SpecError

@@ -170,6 +170,7 @@ std::string KernelSpec::to_text() const {
   out += fmt::format(",cluster={}x{},sched={},{}", cluster_m, cluster_n, moejit::to_text(scheduler), moejit::to_text(fusion));
   if (b_scales != ScaleB::blocks) out += fmt::format(",b_scales={}", moejit::to_text(b_scales));  // earlier texts and keys unchanged
   if (split != SplitK::none) out += fmt::format(",split={}", moejit::to_text(split));
+  if (band != 0) out += fmt::format(",band={}", band);
   return out;
 }
 
@@ -245,13 +246,14 @@ KernelSpec KernelSpec::parse(std::string_view text) {
   if (auto v = take("gather_by")) s.fusion.gather_by = kGatherLoads.parse("gather_by", *v);
   if (auto v = take("b_scales")) s.b_scales = kScaleBs.parse("b_scales", *v);
   if (auto v = take("split")) s.split = kSplitKs.parse("split", *v);
+  if (auto v = take("band")) s.band = parse_int("band", *v);
 
-  static constexpr std::array<std::string_view, 18> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
+  static constexpr std::array<std::string_view, 19> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
                                                               "tile",   "stages", "warps", "cluster", "sched", "fuse", "act",
-                                                              "glu",    "gather_by", "b_scales", "split"};
+                                                              "glu",    "gather_by", "b_scales", "split", "band"};
   for (auto& [name, value] : fields)
     if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end())
-      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales, split)", name));
+      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales, split, band)", name));
   return s;
 }
 
@@ -407,6 +409,10 @@ void KernelSpec::validate() const {
     fail("split={} needs family=hopper, a=b=bf16|f16|e4m3, fuse=none, act=none and cluster=1x1 (the split-K tail is "
          "built for the unfused single-CTA 16-bit and FP8 kernels)",
          moejit::to_text(split));
+  // A band longer than any group's M-tile count is the plain order (one band); 1024 bounds it.
+  if (band < 0 || band > 1024) fail("band={} (M tiles per band of the tile order: 0 = off, at most 1024)", band);
+  if (band != 0 && family != KernelFamily::hopper)
+    fail("band={} on family={} (tile bands are built for the Hopper families)", band, moejit::to_text(family));
   if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
     fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));
   if (cluster_m != 1 || cluster_n != 1) {

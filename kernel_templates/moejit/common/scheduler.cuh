@@ -7,8 +7,18 @@
 // tile's group in amortized O(1) and works for any number of groups without shared memory.
 // Whole consumer warps can walk 32 groups per step (seek_warp): at decode a CTA passes nearly
 // every group.
+//
+// Tile bands (KernelSpec::band, the generated source's MOEJIT_TILE_BAND; 0 = off): inside a group,
+// tiles go in bands of kBand M tiles, M fastest inside a band and N sweeping across it, band after
+// band. Where a group's A is larger than L2 (Mixtral at 16384 tokens: 4096 rows x K), the plain
+// order re-reads all of A for every N tile; a band keeps kBand M tiles of A in L2 while B streams
+// past (docs/perf.md v31).
 #pragma once
 #include "moejit/params.cuh"
+
+#ifndef MOEJIT_TILE_BAND
+#define MOEJIT_TILE_BAND 0
+#endif
 
 namespace moejit {
 
@@ -26,8 +36,9 @@ struct TileCoord {
 // kTailRows: a group's last kBlockM-row tile also takes up to this many rows past its kBlockM
 // (the 4-bit kernel's absorbed tails, common/w4_layout.cuh), so a group of kBlockM < rows <=
 // kBlockM + kTailRows is one tile, not two.
-template <int kLayout, int kBlockM, int kBlockN, int kTailRows = 0>
+template <int kLayout, int kBlockM, int kBlockN, int kTailRows = 0, int kBand = MOEJIT_TILE_BAND>
 struct GroupTileCursor {
+  static_assert(kBand >= 0, "tile band: M tiles per band, 0 = off");
   int group = 0;
   int tiles_before = 0;  // tiles of groups [0, group)
   int group_tiles = -1;  // tiles of `group` (-1: not read yet)
@@ -127,8 +138,17 @@ struct GroupTileCursor {
   __device__ __forceinline__ bool found(int tile, TileCoord& out) const {
     const int local = tile - tiles_before;
     out.group = group;
-    out.m_block = local % m_tiles;
-    out.n_block = local / m_tiles;
+    if constexpr (kBand == 0) {
+      out.m_block = local % m_tiles;
+      out.n_block = local / m_tiles;
+    } else {
+      // Band b holds M tiles [b kBand, b kBand + rows_in_band) x every N tile; the last band may be short.
+      const int band_tiles = kBand * (group_tiles / m_tiles);
+      const int band = local / band_tiles, in_band = local - band * band_tiles;
+      const int band_m = min(kBand, m_tiles - band * kBand);
+      out.m_block = band * kBand + in_band % band_m;
+      out.n_block = in_band / band_m;
+    }
     out.row_begin = row_begin;
     out.group_rows = group_rows;
     return true;
