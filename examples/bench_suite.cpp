@@ -20,6 +20,7 @@
 //   a fused GEMM1 reads it; the routing is the same as without. BENCH_FUSE="act=swiglu,glu=split"
 //   adds an activation (spec fields; no bias, weight or scatter).
 // BENCH_WARMUP_MS (default 25): each case's warm-up launches before it is timed (0 under ncu).
+// BENCH_PAD_MB: allocate this many MB first, moving every operand to other device addresses.
 // BENCH_INTERLEAVE=1 with BENCH_SPECS: the chosen config and the overrides take turns launch by
 // launch (each after its own L2 clear) instead of being timed one after another: at 16384 tokens a
 // config's place in the sequence moved its time by more than the configs differ (docs/perf.md v17).
@@ -279,6 +280,11 @@ int main(int argc, char** argv) {
   // The peers' protocol (do_bench): ~100 ms of launches, each after a 256 MB L2 clear.
   // BENCH_PROTOCOL=sync: v1-v13's (~200 ms of launches, a host sync after each, no clear).
   const bool peer_protocol = !std::getenv("BENCH_PROTOCOL") || std::string(std::getenv("BENCH_PROTOCOL")) != "sync";
+  // BENCH_PAD_MB: a buffer of this many MB allocated (and kept) before any other, so that the
+  // operands land at other device addresses: a diagnostic for placement effects (docs/perf.md v31).
+  void* pad = nullptr;
+  if (const char* mb = std::getenv("BENCH_PAD_MB"); mb && std::atoll(mb) > 0)
+    check(cudaMalloc(&pad, (std::size_t)std::atoll(mb) << 20), "BENCH_PAD_MB buffer");
   void* l2_flush = nullptr;
   if (peer_protocol) check(cudaMalloc(&l2_flush, kL2FlushBytes), "L2 flush buffer");
   // BENCH_INTERLEAVE=1: a case's BENCH_SPECS configs timed in turns (time_interleaved).
@@ -528,5 +534,6 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}", table);
   }
   if (l2_flush) cudaFree(l2_flush);
+  if (pad) cudaFree(pad);
   return 0;
 }
