@@ -1,0 +1,67 @@
+// A C entry point into moejit for tests/gpu/torch_turns.py, which times moejit and
+// torch._grouped_mm launch by launch in one process (ctypes; libmoejit_bench_capi.so). Timed in
+// separate processes, the same kernel's time at 16384 tokens moved by up to 12% with what ran in
+// the seconds before it (the 700 W cap; docs/perf.md v31), torch's as much: in turns both share
+// the clocks. A benchmarking aid, not part of the public API.
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <span>
+#include <string>
+
+#include "moejit/moejit.hpp"
+
+namespace {
+
+void copy_text(const std::string& text, char* out, int out_len) {
+  if (!out || out_len <= 0) return;
+  const std::size_t n = std::min<std::size_t>(text.size(), (std::size_t)out_len - 1);
+  std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+}
+
+}  // namespace
+
+extern "C" {
+
+// A Runtime on the current device's primary context (torch's), or null with the reason in err.
+void* moejit_bench_runtime(char* err, int err_len) {
+  try {
+    return new moejit::Runtime();
+  } catch (const std::exception& e) {
+    copy_text(e.what(), err, err_len);
+    return nullptr;
+  }
+}
+
+void moejit_bench_runtime_free(void* runtime) { delete static_cast<moejit::Runtime*>(runtime); }
+
+// C = A x B^T per group, bf16 in and out, contiguous layout: A [rows][k], B [groups][n][k],
+// C [rows][n]; d_offsets / h_offsets: groups + 1 ints (device / host). Launches the runtime's
+// choice (its heuristic) on `stream` (a CUstream; null = the default stream) and writes its spec
+// text to spec_out. Returns 0, or -1 with the reason in err.
+int moejit_bench_grouped_gemm_bf16(void* runtime, const void* a, const void* b, void* c, const int* d_offsets,
+                                   const int* h_offsets, int groups, int n, int k, void* stream, char* spec_out,
+                                   int spec_len, char* err, int err_len) {
+  try {
+    auto& rt = *static_cast<moejit::Runtime*>(runtime);
+    moejit::GroupedGemmArgs args;
+    args.a = a;
+    args.b = b;
+    args.c = c;
+    args.num_groups = groups;
+    args.n = n;
+    args.k = k;
+    args.group_offsets = d_offsets;
+    args.host_groups = std::span<const int>(h_offsets, (std::size_t)groups + 1);
+    args.total_rows = h_offsets[groups];
+    if (spec_out) copy_text(rt.choose_spec(args).to_text(), spec_out, spec_len);
+    rt.grouped_gemm(args, static_cast<moejit::Stream>(stream));
+    return 0;
+  } catch (const std::exception& e) {
+    copy_text(e.what(), err, err_len);
+    return -1;
+  }
+}
+
+}  // extern "C"
