@@ -8,6 +8,7 @@ each after its own 256 MB L2 clear, on torch's stream: both see the same clocks.
 
 Reads routing.csv (bench_suite's), prints CSV:
   model,gemm,tokens,moejit_ms,torch_ms,torch_over_moejit,rel_diff,spec
+(ms: medians over the rounds; torch_over_moejit: the median of the rounds' ratios), then a summary line.
 Usage: python3 tests/gpu/torch_turns.py routing.csv [build/examples/libmoejit_bench_capi.so]
 """
 import ctypes
@@ -20,6 +21,9 @@ from peers import routing_cases
 
 L2_CLEAR_BYTES = 256 << 20
 WARMUP_MS, TIMED_MS = 25.0, 100.0  # per peer, as do_bench(warmup=25, rep=100)
+# At least this many rounds: at 16384 tokens the clock the 700 W cap allows moves within a run, so
+# that one kernel timed three times in turns gave medians 6% apart over 8 rounds (bench_suite, v31).
+MIN_ROUNDS = 20
 
 
 def load_capi(path):
@@ -58,7 +62,8 @@ class Moejit:
 
 
 def time_in_turns(fns, clear):
-    """Each function's median ms over rounds in which every one runs once after its own L2 clear."""
+    """Per round, each function's ms, over rounds in which every one runs once after its own L2
+    clear (at least 20 rounds, ~100 ms per function)."""
     torch.cuda.synchronize()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -70,7 +75,7 @@ def time_in_turns(fns, clear):
     for _ in range(min(int(WARMUP_MS * len(fns) / round_ms) + 1, 10000)):
         for f in fns:
             f()
-    rounds = max(5, min(int(TIMED_MS * len(fns) / round_ms), 100))
+    rounds = max(MIN_ROUNDS, min(int(TIMED_MS * len(fns) / round_ms), 100))
     events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in fns]
               for _ in range(rounds)]
     for r in range(rounds):
@@ -82,11 +87,12 @@ def time_in_turns(fns, clear):
             fns[j]()
             events[r][j][1].record()
     torch.cuda.synchronize()
-    medians = []
-    for j in range(len(fns)):
-        ms = sorted(events[r][j][0].elapsed_time(events[r][j][1]) for r in range(rounds))
-        medians.append(ms[len(ms) // 2])
-    return medians
+    return [[b.elapsed_time(e) for b, e in events[r]] for r in range(rounds)]
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2]
 
 
 def main(routing_path, capi_path):
@@ -112,10 +118,13 @@ def main(routing_path, capi_path):
         diff = ((c_moejit.float() - ref.float()).norm() / ref.float().norm()).item() if rows else 0.0
         del ref
         run_torch = lambda: torch._grouped_mm(a, wt, offs=ends, out_dtype=torch.bfloat16)
-        moejit_ms, torch_ms = time_in_turns([launch, run_torch], clear)
-        print(f"{model},{gemm},{tokens},{moejit_ms:.4f},{torch_ms:.4f},{torch_ms / moejit_ms:.3f},{diff:.3g},\"{spec}\"",
-              flush=True)
-        ratios.append((torch_ms / moejit_ms, f"{model} {gemm} {tokens}", diff))
+        rounds = time_in_turns([launch, run_torch], clear)
+        moejit_ms, torch_ms = median(r[0] for r in rounds), median(r[1] for r in rounds)
+        # The ratio of each round's two times (same clocks), then its median: steadier than the
+        # ratio of the medians where the clock moves within the run.
+        ratio = median(r[1] / r[0] for r in rounds)
+        print(f"{model},{gemm},{tokens},{moejit_ms:.4f},{torch_ms:.4f},{ratio:.3f},{diff:.3g},\"{spec}\"", flush=True)
+        ratios.append((ratio, f"{model} {gemm} {tokens}", diff))
         del a, c_moejit
     if ratios:
         slowest = sorted(ratios)[:3]
