@@ -3,7 +3,8 @@
 //   family=portable,arch=sm_90a,layout=contiguous,a=bf16,b=bf16,c=bf16,acc=f32,
 //   tile=128x128x32,stages=4,warps=2x4,cluster=1x1,sched=static,fuse=none,act=none
 //
-// A GLU activation adds ",glu=interleaved|split" after act (printed only then, or when split).
+// A GLU activation adds ",glu=interleaved|split" after act (printed only then, or when split);
+// ",b_scales=", ",split=" and ",band=" follow when not their defaults.
 //
 // to_text() prints every field in that order; parse() accepts the fields in any order,
 // fills omitted ones with defaults, and rejects unknown fields or values with a SpecError
