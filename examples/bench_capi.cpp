@@ -45,16 +45,9 @@ int moejit_bench_grouped_gemm_bf16(void* runtime, const void* a, const void* b, 
                                    int spec_len, char* err, int err_len) {
   try {
     auto& rt = *static_cast<moejit::Runtime*>(runtime);
-    moejit::GroupedGemmArgs args;
-    args.a = a;
-    args.b = b;
-    args.c = c;
-    args.num_groups = groups;
-    args.n = n;
-    args.k = k;
-    args.group_offsets = d_offsets;
-    args.host_groups = std::span<const int>(h_offsets, (std::size_t)groups + 1);
-    args.total_rows = h_offsets[groups];
+    const moejit::GroupedGemmArgs args{.a = a, .b = b, .c = c, .num_groups = groups, .n = n, .k = k,
+                                       .group_offsets = d_offsets, .total_rows = h_offsets[groups],
+                                       .host_groups = std::span<const int>(h_offsets, (std::size_t)groups + 1)};
     if (spec_out) copy_text(rt.choose_spec(args).to_text(), spec_out, spec_len);
     rt.grouped_gemm(args, static_cast<moejit::Stream>(stream));
     return 0;
