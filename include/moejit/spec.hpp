@@ -47,8 +47,9 @@ enum class ScaleB { blocks, channels };
 enum class SplitK { none, tail };
 // Tile order inside a group (Hopper families): band = 0 sweeps all of a group's M tiles for one N
 // tile after another; band = b walks bands of b M tiles, N sweeping inside each band, so that a
-// group's A larger than L2 is read from DRAM about once instead of once per N tile
-// (kernel_templates/moejit/common/scheduler.cuh). Printed as ",band=b" when not 0.
+// group's A larger than L2 is read from DRAM about once instead of once per few N tiles
+// (kernel_templates/moejit/common/scheduler.cuh; opt-in: no gain measured on the suite, docs/perf.md
+// v31). Printed as ",band=b" when not 0.
 inline bool is_glu(Activation a) { return a == Activation::swiglu || a == Activation::swiglu_oai; }
 
 // Compute capability, e.g. {9, 0, true} is sm_90a (arch-specific features: wgmma, setmaxnreg).

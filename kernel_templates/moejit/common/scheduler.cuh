@@ -11,8 +11,8 @@
 // Tile bands (KernelSpec::band, the generated source's MOEJIT_TILE_BAND; 0 = off): inside a group,
 // tiles go in bands of kBand M tiles, M fastest inside a band and N sweeping across it, band after
 // band. Where a group's A is larger than L2 (Mixtral at 16384 tokens: 4096 rows x K), the plain
-// order re-reads all of A for every N tile; a band keeps kBand M tiles of A in L2 while B streams
-// past (docs/perf.md v31).
+// order re-reads all of A for every few N tiles; a band keeps kBand M tiles of A in L2 while B streams
+// past. Opt-in: on the suite's Mixtral cases it bought nothing (docs/perf.md v31).
 #pragma once
 #include "moejit/params.cuh"
 
@@ -142,7 +142,7 @@ struct GroupTileCursor {
       out.m_block = local % m_tiles;
       out.n_block = local / m_tiles;
     } else {
-      // Band b holds M tiles [b kBand, b kBand + rows_in_band) x every N tile; the last band may be short.
+      // Band b holds M tiles [b kBand, b kBand + band_m) x every N tile; the last band may be short.
       const int band_tiles = kBand * (group_tiles / m_tiles);
       const int band = local / band_tiles, in_band = local - band * band_tiles;
       const int band_m = min(kBand, m_tiles - band * kBand);
