@@ -20,6 +20,24 @@ void copy_text(const std::string& text, char* out, int out_len) {
   out[n] = '\0';
 }
 
+int launch(void* runtime, moejit::DType ab, const void* a, const void* b, void* c, const float* a_scales,
+           const float* b_scales, const int* d_offsets, const int* h_offsets, int groups, int n, int k, void* stream,
+           char* spec_out, int spec_len, char* err, int err_len) {
+  try {
+    auto& rt = *static_cast<moejit::Runtime*>(runtime);
+    const moejit::GroupedGemmArgs args{.ab_type = ab, .a = a, .b = b, .c = c, .num_groups = groups, .n = n, .k = k,
+                                       .group_offsets = d_offsets, .total_rows = h_offsets[groups],
+                                       .host_groups = std::span<const int>(h_offsets, (std::size_t)groups + 1),
+                                       .a_scales = a_scales, .b_scales = b_scales};
+    if (spec_out) copy_text(rt.choose_spec(args).to_text(), spec_out, spec_len);
+    rt.grouped_gemm(args, static_cast<moejit::Stream>(stream));
+    return 0;
+  } catch (const std::exception& e) {
+    copy_text(e.what(), err, err_len);
+    return -1;
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -36,25 +54,25 @@ void* moejit_bench_runtime(char* err, int err_len) {
 
 void moejit_bench_runtime_free(void* runtime) { delete static_cast<moejit::Runtime*>(runtime); }
 
-// C = A x B^T per group, bf16 in and out, contiguous layout: A [rows][k], B [groups][n][k],
-// C [rows][n]; d_offsets / h_offsets: groups + 1 ints (device / host). Launches the runtime's
-// choice (its heuristic) on `stream` (a CUstream; null = the default stream) and writes its spec
-// text to spec_out. Returns 0, or -1 with the reason in err.
+// C = A x B^T per group, bf16 C, contiguous layout: A [rows][k], B [groups][n][k], C [rows][n];
+// d_offsets / h_offsets: groups + 1 ints (device / host). Launches the runtime's choice (its
+// heuristic) on `stream` (a CUstream; null = the default stream) and writes its spec text to
+// spec_out. Returns 0, or -1 with the reason in err.
+//   _bf16: A and B bf16.
+//   _fp8:  A and B e4m3 with the DeepSeek-V3 block scales (include/moejit/formats.hpp): a_scales
+//          fp32 [ceil(k/128)][rows], b_scales fp32 [groups][ceil(n/128)][ceil(k/128)].
 int moejit_bench_grouped_gemm_bf16(void* runtime, const void* a, const void* b, void* c, const int* d_offsets,
                                    const int* h_offsets, int groups, int n, int k, void* stream, char* spec_out,
                                    int spec_len, char* err, int err_len) {
-  try {
-    auto& rt = *static_cast<moejit::Runtime*>(runtime);
-    const moejit::GroupedGemmArgs args{.a = a, .b = b, .c = c, .num_groups = groups, .n = n, .k = k,
-                                       .group_offsets = d_offsets, .total_rows = h_offsets[groups],
-                                       .host_groups = std::span<const int>(h_offsets, (std::size_t)groups + 1)};
-    if (spec_out) copy_text(rt.choose_spec(args).to_text(), spec_out, spec_len);
-    rt.grouped_gemm(args, static_cast<moejit::Stream>(stream));
-    return 0;
-  } catch (const std::exception& e) {
-    copy_text(e.what(), err, err_len);
-    return -1;
-  }
+  return launch(runtime, moejit::DType::bf16, a, b, c, nullptr, nullptr, d_offsets, h_offsets, groups, n, k, stream,
+                spec_out, spec_len, err, err_len);
+}
+
+int moejit_bench_grouped_gemm_fp8(void* runtime, const void* a, const void* b, void* c, const float* a_scales,
+                                  const float* b_scales, const int* d_offsets, const int* h_offsets, int groups, int n,
+                                  int k, void* stream, char* spec_out, int spec_len, char* err, int err_len) {
+  return launch(runtime, moejit::DType::e4m3, a, b, c, a_scales, b_scales, d_offsets, h_offsets, groups, n, k, stream,
+                spec_out, spec_len, err, err_len);
 }
 
 }  // extern "C"

@@ -1,4 +1,4 @@
-"""moejit against torch._grouped_mm in turns, in one process (bf16 suite; docs/perf.md v31).
+"""moejit against torch in turns, in one process (the suite's cases; docs/perf.md v31).
 
 peers.py times torch in its own process after bench_suite's; at 16384 tokens one kernel's time
 moved by up to 12% from process to process with what ran in the seconds before (the 700 W cap),
@@ -6,10 +6,15 @@ torch's as much, so that a comparison across processes drew lots. Here every rou
 launch and moejit's (through build/examples/libmoejit_bench_capi.so, ctypes) on the same operands,
 each after its own 256 MB L2 clear, on torch's stream: both see the same clocks.
 
+Formats: bf16 (torch._grouped_mm) and e4m3 (torch._scaled_grouped_mm with row-wise scales, as in
+peers_formats.py, against moejit's DeepSeek-V3 block scales; the scales are drawn so that both
+recipes describe the same numbers: A's constant along K, B's constant over each 128 output rows).
+
 Reads routing.csv (bench_suite's), prints CSV:
   model,gemm,tokens,moejit_ms,torch_ms,torch_over_moejit,rel_diff,spec
-(ms: medians over the rounds; torch_over_moejit: the median of the rounds' ratios), then a summary line.
-Usage: python3 tests/gpu/torch_turns.py routing.csv [build/examples/libmoejit_bench_capi.so]
+(ms: medians over the rounds; torch_over_moejit: the median of the rounds' ratios; rel_diff:
+||moejit - torch|| / ||torch||, moejit's C poisoned with NaN first), then a summary line.
+Usage: python3 tests/gpu/torch_turns.py routing.csv [libmoejit_bench_capi.so] [bf16|e4m3]
 """
 import ctypes
 import math
@@ -31,10 +36,12 @@ def load_capi(path):
     lib.moejit_bench_runtime.restype = ctypes.c_void_p
     lib.moejit_bench_runtime.argtypes = [ctypes.c_char_p, ctypes.c_int]
     lib.moejit_bench_runtime_free.argtypes = [ctypes.c_void_p]
+    p, i, text = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+    offsets_host = ctypes.POINTER(ctypes.c_int)
     lib.moejit_bench_grouped_gemm_bf16.restype = ctypes.c_int
-    p, i = ctypes.c_void_p, ctypes.c_int
-    lib.moejit_bench_grouped_gemm_bf16.argtypes = [p, p, p, p, p, ctypes.POINTER(ctypes.c_int), i, i, i, p,
-                                                   ctypes.c_char_p, i, ctypes.c_char_p, i]
+    lib.moejit_bench_grouped_gemm_bf16.argtypes = [p, p, p, p, p, offsets_host, i, i, i, p, text, i, text, i]
+    lib.moejit_bench_grouped_gemm_fp8.restype = ctypes.c_int
+    lib.moejit_bench_grouped_gemm_fp8.argtypes = [p, p, p, p, p, p, p, offsets_host, i, i, i, p, text, i, text, i]
     return lib
 
 
@@ -45,16 +52,23 @@ class Moejit:
         if not self.rt:
             raise RuntimeError(self.err.value.decode())
 
-    def launcher(self, a, w, c, offsets_dev, offsets_host, n, k):
-        """A function that launches C = A x W^T per group on torch's current stream, and the spec."""
+    def launcher(self, a, w, c, offsets_dev, offsets_host, n, k, scales=None):
+        """A function that launches C = A x W^T per group on torch's current stream, and the spec.
+        scales: None (bf16), or (a_scales, b_scales) of the FP8 block-scaled kernel."""
         groups = len(offsets_host) - 1
         host = (ctypes.c_int * len(offsets_host))(*offsets_host)
         spec = ctypes.create_string_buffer(512)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        args = [self.rt, a.data_ptr(), w.data_ptr(), c.data_ptr(), offsets_dev.data_ptr(), host, groups, n, k, stream]
+        if scales is None:
+            entry = self.lib.moejit_bench_grouped_gemm_bf16
+            args = [self.rt, a.data_ptr(), w.data_ptr(), c.data_ptr()]
+        else:
+            entry = self.lib.moejit_bench_grouped_gemm_fp8
+            args = [self.rt, a.data_ptr(), w.data_ptr(), c.data_ptr(), scales[0].data_ptr(), scales[1].data_ptr()]
+        args += [offsets_dev.data_ptr(), host, groups, n, k, stream]
 
         def launch(spec_out=None):
-            if self.lib.moejit_bench_grouped_gemm_bf16(*args, spec_out, 512 if spec_out else 0, self.err, len(self.err)):
+            if entry(*args, spec_out, 512 if spec_out else 0, self.err, len(self.err)):
                 raise RuntimeError(self.err.value.decode())
 
         launch(spec)
@@ -95,29 +109,64 @@ def median(values):
     return values[len(values) // 2]
 
 
-def main(routing_path, capi_path):
+def bf16_case(counts, n, k, w):
+    """moejit's operands and scales (None), and a torch call on the same numbers."""
+    rows = sum(counts)
+    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+    ends = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
+    wt = w.transpose(-2, -1)
+    return a, w, None, ends, lambda: torch._grouped_mm(a, wt, offs=ends, out_dtype=torch.bfloat16)
+
+
+def bf16_weights(E, n, k):
+    return torch.randn(E, n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+
+
+def fp8_case(counts, n, k, weights):
+    """FP8: A and B e4m3; torch's row-wise scales (A per row, B per output channel) and moejit's
+    blocks (A [ceil(k/128)][rows], B [E][ceil(n/128)][ceil(k/128)]) describe the same numbers: A's
+    scale constant along K, B's constant over each 128 output rows."""
+    w8, b_blocks, b_channels = weights
+    rows = sum(counts)
+    a8 = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+    sa = torch.rand(rows, device="cuda") + 0.5
+    a_blocks = sa.expand((k + 127) // 128, rows).contiguous()
+    ends = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
+    w8t = w8.transpose(-2, -1)
+    run = lambda: torch._scaled_grouped_mm(a8, w8t, sa, b_channels, offs=ends, out_dtype=torch.bfloat16)
+    return a8, w8, (a_blocks, b_blocks), ends, run
+
+
+def fp8_weights(E, n, k):
+    w8 = (torch.randn(E, n, k, device="cuda", dtype=torch.bfloat16) * 0.05).to(torch.float8_e4m3fn)
+    per_block = torch.rand(E, (n + 127) // 128, device="cuda") + 0.5
+    b_blocks = per_block[:, :, None].expand(E, (n + 127) // 128, (k + 127) // 128).contiguous()
+    b_channels = per_block.repeat_interleave(128, dim=1)[:, :n].contiguous()
+    return w8, b_blocks, b_channels
+
+
+def main(routing_path, capi_path, fmt):
     torch.manual_seed(0)
     moejit = Moejit(load_capi(capi_path))
     clear = torch.empty(L2_CLEAR_BYTES, dtype=torch.int8, device="cuda")
-    bf16_weights = lambda E, n, k: torch.randn(E, n, k, device="cuda", dtype=torch.bfloat16) * 0.05
+    formats = {"bf16": (bf16_weights, bf16_case, "torch._grouped_mm"),
+               "e4m3": (fp8_weights, fp8_case, "torch._scaled_grouped_mm")}
+    if fmt not in formats:
+        raise SystemExit(f"format {fmt}: bf16 or e4m3")
+    make_weights, make_case, peer = formats[fmt]
     print("model,gemm,tokens,moejit_ms,torch_ms,torch_over_moejit,rel_diff,spec", flush=True)
     ratios = []
-    for model, gemm, tokens, counts, n, k, w in routing_cases(routing_path, bf16_weights):
+    for model, gemm, tokens, counts, n, k, weights in routing_cases(routing_path, make_weights):
         rows = sum(counts)
-        a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-        ends = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
+        a, w, scales, ends, run_torch = make_case(counts, n, k, weights)
         offsets_host = [0] + ends.tolist()
         offsets_dev = torch.tensor(offsets_host, device="cuda", dtype=torch.int32)
-        wt = w.transpose(-2, -1)
         c_moejit = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        launch, spec = moejit.launcher(a, w, c_moejit, offsets_dev, offsets_host, n, k)
-        # Both compute the same product (C poisoned with NaN first): ||moejit - torch|| / ||torch||, a
-        # check of the operands' layouts, bf16 rounding apart.
+        launch, spec = moejit.launcher(a, w, c_moejit, offsets_dev, offsets_host, n, k, scales)
         torch.cuda.synchronize()
-        ref = torch._grouped_mm(a, wt, offs=ends, out_dtype=torch.bfloat16)
+        ref = run_torch()
         diff = ((c_moejit.float() - ref.float()).norm() / ref.float().norm()).item() if rows else 0.0
         del ref
-        run_torch = lambda: torch._grouped_mm(a, wt, offs=ends, out_dtype=torch.bfloat16)
         rounds = time_in_turns([launch, run_torch], clear)
         moejit_ms, torch_ms = median(r[0] for r in rounds), median(r[1] for r in rounds)
         # The ratio of each round's two times (same clocks), then its median: steadier than the
@@ -129,7 +178,7 @@ def main(routing_path, capi_path):
     if ratios:
         slowest = sorted(ratios)[:3]
         bad = [r for r in ratios if not (r[2] < 1e-2)]  # NaN fails too
-        print(f"# in turns: moejit faster than torch._grouped_mm on {sum(r[0] > 1 for r in ratios)} of {len(ratios)}; "
+        print(f"# {fmt} in turns: moejit faster than {peer} on {sum(r[0] > 1 for r in ratios)} of {len(ratios)}; "
               f"geomean torch/moejit {math.exp(sum(math.log(r[0]) for r in ratios) / len(ratios)):.3f}; lowest: "
               + ", ".join(f"{name} {ratio:.3f}" for ratio, name, _ in slowest)
               + f"; results differing from torch's by >= 1e-2: {len(bad)}", flush=True)
@@ -138,4 +187,5 @@ def main(routing_path, capi_path):
 if __name__ == "__main__":
     print(torch.__version__, torch.cuda.get_device_name(), file=sys.stderr)
     main(sys.argv[1] if len(sys.argv) > 1 else "routing.csv",
-         sys.argv[2] if len(sys.argv) > 2 else "build/examples/libmoejit_bench_capi.so")
+         sys.argv[2] if len(sys.argv) > 2 else "build/examples/libmoejit_bench_capi.so",
+         sys.argv[3] if len(sys.argv) > 3 else "bf16")
