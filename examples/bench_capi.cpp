@@ -23,6 +23,10 @@ void copy_text(const std::string& text, char* out, int out_len) {
 int launch(void* runtime, moejit::DType ab, const void* a, const void* b, void* c, const float* a_scales,
            const float* b_scales, const int* d_offsets, const int* h_offsets, int groups, int n, int k, void* stream,
            char* spec_out, int spec_len, char* err, int err_len) {
+  if (!runtime || !h_offsets || groups < 0) {
+    copy_text("moejit_bench: runtime and host offsets must be non-null and groups >= 0", err, err_len);
+    return -1;
+  }
   try {
     auto& rt = *static_cast<moejit::Runtime*>(runtime);
     const moejit::GroupedGemmArgs args{.ab_type = ab, .a = a, .b = b, .c = c, .num_groups = groups, .n = n, .k = k,
