@@ -21,6 +21,9 @@
 //   adds an activation (spec fields; no bias, weight or scatter).
 // BENCH_WARMUP_MS (default 25): each case's warm-up launches before it is timed (0 under ncu).
 // BENCH_PAD_MB: allocate this many MB first, moving every operand to other device addresses.
+// BENCH_BF16_WEIGHTS=e2m1 (bf16 only): weights drawn from the values MXFP4 widens to (an E2M1 value
+//   times 2^-9..2^0, random sign: 1-2 significant bits) instead of normal ones (8 significant bits):
+//   a diagnostic of data-dependent power at the 700 W cap (docs/perf.md v32).
 // BENCH_INTERLEAVE=1 with BENCH_SPECS: the chosen config and the overrides take turns launch by
 // launch (each after its own L2 clear) instead of being timed one after another: at 16384 tokens a
 // config's place in the sequence moved its time by more than the configs differ (docs/perf.md v17).
@@ -81,6 +84,21 @@ void fill_random(void* dst, std::size_t bytes, std::mt19937& rng) {
     check(cudaMemcpy(static_cast<char*>(dst) + done, dst, n, cudaMemcpyDeviceToDevice), "fill tile");
     done += n;
   }
+}
+
+// The bf16 values MXFP4 weights widen to in the 4-bit kernel: a random E2M1 magnitude (0 .. 6) times
+// 2^-9 .. 2^0, random sign (BENCH_BF16_WEIGHTS=e2m1), as 16 MiB of bytes for fill_pattern.
+std::vector<std::uint8_t> e2m1_bf16_pattern(std::mt19937& rng) {
+  static const float kMagnitudes[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  std::vector<std::uint16_t> values(8 << 20);
+  for (auto& v : values) {
+    const unsigned r = rng();
+    const float x = std::ldexp(kMagnitudes[r & 7], -static_cast<int>((r >> 3) % 10));
+    v = moejit::float_to_bf16(r & 0x8000 ? -x : x);
+  }
+  std::vector<std::uint8_t> out(values.size() * 2);
+  std::memcpy(out.data(), values.data(), out.size());
+  return out;
 }
 
 // Tiles `pattern` over [dst, dst + bytes) with device copies; offsets stay multiples of the
@@ -300,6 +318,11 @@ int main(int argc, char** argv) {
   if (fp8) codes_pattern = e4m3_pattern(fill_rng);
   if (w4) codes_pattern = w4_pattern(fill_rng, w4_type);
   if (fp8 || w4) scales_pattern = scale_pattern(fill_rng);
+  std::vector<std::uint8_t> low_bit_weights;
+  if (const char* w = std::getenv("BENCH_BF16_WEIGHTS"); w && std::string(w) == "e2m1" && format == "bf16") {
+    std::mt19937 weights_rng(11);  // its own stream: the routing draws the same numbers either way
+    low_bit_weights = e2m1_bf16_pattern(weights_rng);
+  }
   if (tune_mode)
     fmt::print("model,gemm,tokens,E,topk,N,K,sumM,active,heur_ms,best_ms,ratio,within_5pct,heuristic,best,candidates\n");
   else
@@ -356,7 +379,8 @@ int main(int argc, char** argv) {
       } else if (fp8) {
         fill_pattern(d_b, b_bytes, codes_pattern);
       } else {
-        fill_random(d_b, b_bytes, rng);
+        fill_random(d_b, b_bytes, rng);  // also with e2m1 weights: the routing draws after it
+        if (!low_bit_weights.empty()) fill_pattern(d_b, b_bytes, low_bit_weights);
       }
       if (b_scale_bytes) {
         check(cudaMalloc(&d_b_scales, b_scale_bytes), "cudaMalloc B scales");
