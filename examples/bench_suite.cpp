@@ -24,6 +24,7 @@
 // BENCH_BF16_WEIGHTS=e2m1 (bf16 only): weights drawn from the values MXFP4 widens to (an E2M1 value
 //   times 2^-9..2^0, random sign: 1-2 significant bits) instead of normal ones (8 significant bits):
 //   a diagnostic of data-dependent power at the 700 W cap (docs/perf.md v32).
+// BENCH_SPECS_ONLY=1 with BENCH_SPECS: time the overrides only, not the chosen spec (for ncu).
 // BENCH_INTERLEAVE=1 with BENCH_SPECS: the chosen config and the overrides take turns launch by
 // launch (each after its own L2 clear) instead of being timed one after another: at 16384 tokens a
 // config's place in the sequence moved its time by more than the configs differ (docs/perf.md v17).
@@ -513,6 +514,10 @@ int main(int argc, char** argv) {
             }
             specs.push_back(s);
           }
+          // BENCH_SPECS_ONLY=1: the overrides alone (Nsight Compute's --launch-skip then counts
+          // one config's launches).
+          if (const char* only = std::getenv("BENCH_SPECS_ONLY"); only && std::string(only) != "0" && specs.size() > 1)
+            specs.erase(specs.begin());
         }
         std::vector<double> interleaved;
         if (interleave && specs.size() > 1) {
