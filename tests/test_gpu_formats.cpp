@@ -391,6 +391,27 @@ TEST_CASE("fp8: tile bands (band=N), each tile and scheduler, CTA pairs", "[gpu]
   }
 }
 
+TEST_CASE("fp8: CTA pairs (cluster=2x1): odd M-tile counts split along N, odd N-tile counts, both scale layouts", "[gpu][fp8][pairs]") {
+  if (!has_sm90a()) return skip_without_sm90a("FP8");
+  std::mt19937 rng(8107);
+  // Groups of 1-5 M tiles of 128 (odd ones give their last tile to both ranks, split along N) and
+  // N = 640 / 768: 3 N tiles of 256 (rank 1 idle on an odd group's last unit) / 4 of 192; K = 1024.
+  const std::vector<int> rows = {490, 534, 0, 129, 1, 128, 257, 640, 383};
+  for (const char* variant : {"tile=128x256x128,stages=4", "tile=128x192x128,stages=4,c=f32", "tile=128x128x128,stages=5,layout=masked",
+                              "tile=128x256x128,stages=4,band=2"}) {
+    for (bool channels : {false, true}) {
+      KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,a=e4m3,b=e4m3,cluster=2x1,sched=static,{}{}", variant,
+                                                      channels ? ",b_scales=channels" : ""));
+      spec.arch = runtime().arch();
+      for (int n : {640, 768}) {
+        auto p = fp8_problem(spec.layout, spec.c, rows, n, 1024, rng, channels ? ScalesA::per_row : ScalesA::block_1x128,
+                             channels ? ScalesB::per_channel : ScalesB::block_128x128);
+        run_spec(spec, p, fmt::format("pairs, N = {}", n));
+      }
+    }
+  }
+}
+
 TEST_CASE("fp8: per-channel weight scales (b_scales=channels), every Hopper FP8 tile", "[gpu][fp8]") {
   if (!has_sm90a()) return skip_without_sm90a("FP8");
   std::mt19937 rng(8106);

@@ -236,9 +236,9 @@ struct Found {
   }
 };
 
-template <int kLayout, int kM, int kN, int kBand = 0>
+template <int kLayout, int kM, int kN, int kBand = 0, bool kPairs = false>
 void compare_walks(const GroupedGemmParams& p, const std::vector<int>& numbers) {
-  GroupTileCursor<kLayout, kM, kN, 0, kBand> scalar;
+  GroupTileCursor<kLayout, kM, kN, 0, kBand, kPairs> scalar;
   std::vector<Found> want;
   for (int t : numbers) {
     Found f{};
@@ -254,7 +254,7 @@ void compare_walks(const GroupedGemmParams& p, const std::vector<int>& numbers) 
   for (unsigned lane = 0; lane < 32; ++lane)
     lanes.emplace_back([&, lane] {
       threadIdx.x = lane;
-      GroupTileCursor<kLayout, kM, kN, 0, kBand> cursor;
+      GroupTileCursor<kLayout, kM, kN, 0, kBand, kPairs> cursor;
       for (int t : numbers) {
         Found f{};
         f.ok = cursor.seek_warp(p, t, f.c);
@@ -354,4 +354,105 @@ TEST_CASE("tile bands: each tile once, in bands of M tiles with N sweeping insid
     check_bands<8>(rows, n);
     check_bands<64>(rows, n);  // longer than every group: the plain order
   }
+}
+
+// The FP8 kernel's CTA pairs (cluster=2x1, static scheduler): GroupTileCursor<..., kPairs> numbers
+// pair units, and pair_unit_tile gives each rank its tile, as the kernel's producer and consumers
+// do. Checks, for odd and even M-tile counts, odd and even N-tile counts, empty groups, both
+// layouts and bands:
+//  - every tile with rows is computed exactly once;
+//  - both ranks walk the same units and agree on whether B is shared (multicast): shared, they hold
+//    M tiles 2i, 2i + 1 of one group at one N tile; not shared, one group's last M tile at N tiles
+//    2j, 2j + 1, and only where the group's M-tile count is odd;
+//  - a rank is idle (no tile) only as rank 1 of such a unit past the last N tile: once per group
+//    whose M-tile and N-tile counts are both odd;
+//  - seek_warp numbers the units as seek does.
+namespace {
+
+template <int kLayout, int kBand>
+void check_pair_units(const std::vector<int>& rows, int n, bool masked, int clusters) {
+  INFO("pair units: groups " << rows.size() << " n " << n << (masked ? " masked" : " contiguous") << " clusters "
+                             << clusters << " band " << kBand);
+  const HostGroups host(rows, n, 7);
+  const GroupedGemmParams p = host.params(masked);
+  const int n_tiles = (n + kBlockN - 1) / kBlockN;
+  long long units = 0, expected_idle = 0;
+  std::map<Work, int> expected;
+  for (int g = 0; g < (int)rows.size(); ++g) {
+    const int m_tiles = (rows[g] + kBlockM - 1) / kBlockM;
+    units += (long long)(m_tiles / 2) * n_tiles + (m_tiles % 2) * ((n_tiles + 1) / 2);
+    expected_idle += (m_tiles % 2) * (n_tiles % 2);
+    for (int m = 0; m < m_tiles; ++m)
+      for (int j = 0; j < n_tiles; ++j) expected[{g, m, j}] = 1;
+  }
+  std::map<Work, int> computed;
+  long long idle = 0, walked = 0;
+  for (int c = 0; c < clusters; ++c) {
+    GroupTileCursor<kLayout, kBlockM, kBlockN, 0, kBand, true> cursor[2];
+    for (long long t = c;; t += clusters) {
+      TileCoord tile[2];
+      bool ok[2], shared[2];
+      for (int rank = 0; rank < 2; ++rank) {
+        ok[rank] = cursor[rank].seek(p, (int)t, tile[rank]);
+        if (ok[rank]) shared[rank] = pair_unit_tile<kBlockM>(tile[rank], rank, n_tiles);
+      }
+      REQUIRE(ok[0] == ok[1]);  // lockstep: both ranks stop at the same unit
+      if (!ok[0]) break;
+      ++walked;
+      REQUIRE(shared[0] == shared[1]);
+      CHECK(tile[0].group == tile[1].group);
+      if (shared[0]) {  // B multicast: one N tile, M tiles 2i, 2i + 1
+        CHECK(tile[0].n_block == tile[1].n_block);
+        CHECK(tile[0].m_block % 2 == 0);
+        CHECK(tile[1].m_block == tile[0].m_block + 1);
+      } else {  // the odd last M tile, split along N
+        const int m_tiles = (rows[tile[0].group] + kBlockM - 1) / kBlockM;
+        CHECK(m_tiles % 2 == 1);
+        CHECK(tile[0].m_block == m_tiles - 1);
+        CHECK(tile[1].m_block == m_tiles - 1);
+        CHECK(tile[0].n_block % 2 == 0);
+      }
+      for (int rank = 0; rank < 2; ++rank) {
+        const TileCoord& w = tile[rank];
+        if (w.m_block * kBlockM < w.group_rows) {
+          ++computed[{w.group, w.m_block, w.n_block}];
+        } else {
+          CHECK(rank == 1);
+          CHECK_FALSE(shared[rank]);
+          ++idle;
+        }
+      }
+    }
+  }
+  CHECK(walked == units);
+  CHECK(computed == expected);
+  CHECK(idle == expected_idle);
+  std::vector<int> numbers;
+  for (long long i = 0; i <= units; i += 5) numbers.push_back((int)i);
+  numbers.push_back((int)units + 1);
+  compare_walks<kLayout, kBlockM, kBlockN, kBand, true>(p, numbers);
+}
+
+}  // namespace
+
+TEST_CASE("FP8 CTA pairs: pair units, the odd last M tile split along N, no idle rank", "[scheduler][pairs_m]") {
+  std::mt19937 rng(23);
+  std::vector<int> qwen(128);  // Qwen3 up 16384: 1024 +- 31 rows (8 or 9 M tiles)
+  std::normal_distribution<double> d(1024, 31);
+  for (int& r : qwen) r = std::max(0, (int)d(rng));
+  const std::vector<std::vector<int>> cases = {
+      qwen,
+      {490, 534, 0, 129, 1, 512, 383, 534, 0, 490, 522, 256},
+      {0, 0, 0},
+      {1},
+      {64, 65, 127, 128, 129, 192, 193, 0, 256, 1000, 1500, 33, 1200, 1200, 1200, 1200},
+  };
+  for (const auto& rows : cases)
+    for (int n : {640, 768, 4096})  // 3, 3 and 16 N tiles of 256
+      for (bool masked : {false, true}) {
+        if (masked) check_pair_units<kLayoutMasked, 0>(rows, n, masked, 3);
+        else check_pair_units<kLayoutContiguous, 0>(rows, n, masked, 66);
+      }
+  check_pair_units<kLayoutContiguous, 2>(cases[1], 640, false, 5);  // bands over the pair units
+  check_pair_units<kLayoutContiguous, 3>(qwen, 4096, false, 66);
 }

@@ -36,8 +36,18 @@ struct TileCoord {
 // kTailRows: a group's last kBlockM-row tile also takes up to this many rows past its kBlockM
 // (the 4-bit kernel's absorbed tails, common/w4_layout.cuh), so a group of kBlockM < rows <=
 // kBlockM + kTailRows is one tile, not two.
-template <int kLayout, int kBlockM, int kBlockN, int kTailRows = 0, int kBand = MOEJIT_TILE_BAND>
+// kPairs (the FP8 kernel's CTA pairs, cluster=2x1): the cursor numbers the units of a CTA pair, not
+// tiles. A group of T M tiles of kBlockM rows and NT N tiles has floor(T / 2) x NT pair units (M
+// tiles 2i, 2i + 1 at N tile n: both CTAs read the same B tile, multicast) and, when T is odd,
+// ceil(NT / 2) units for its last M tile (N tiles 2j, 2j + 1: the same A rows, no multicast), so
+// that no rank idles on an odd M-tile count (rank 1 does only when T and NT are both odd, once per
+// such group). found() returns a unit as (m_block = i, n_block = n) or, for the last M tile's units,
+// (m_block = floor(T / 2), n_block = j); pair_unit_tile() below gives each rank its tile.
+// Why: with one 2i, 2i + 1 pair per unit, rank 1 idled through a group's odd last tile: about 9%
+// of the tile slots at Qwen3's 1024 +- 31 rows per expert (Nsight Compute, docs/perf.md v32).
+template <int kLayout, int kBlockM, int kBlockN, int kTailRows = 0, int kBand = MOEJIT_TILE_BAND, bool kPairs = false>
 struct GroupTileCursor {
+  static_assert(!kPairs || kTailRows == 0, "CTA pair units: no absorbed tail rows");
   static_assert(kBand >= 0, "tile band: M tiles per band, 0 = off");
   int group = 0;
   int tiles_before = 0;  // tiles of groups [0, group)
@@ -67,11 +77,17 @@ struct GroupTileCursor {
     }
   }
 
+  // Tiles (or, kPairs, pair units) of a group of m M tiles and n_tiles N tiles.
+  __device__ __forceinline__ static int units_of(int m, int n_tiles) {
+    if constexpr (kPairs) return m / 2 * n_tiles + (m & 1) * ((n_tiles + 1) / 2);
+    return m * n_tiles;
+  }
+
   __device__ __forceinline__ void load_group(const GroupedGemmParams& p) {
     read_extent(p, group, row_begin, group_rows);
     // (Signed here, unsigned in seek_warp, as before the tail rows: the other kernels' SASS unchanged.)
     m_tiles = kTailRows == 0 ? (group_rows + kBlockM - 1) / kBlockM : m_tiles_of(group_rows);
-    group_tiles = m_tiles * ((p.n + kBlockN - 1) / kBlockN);
+    group_tiles = units_of(m_tiles, (p.n + kBlockN - 1) / kBlockN);
   }
 
   // Finds the tile numbered `tile` (never smaller than the last one asked for).
@@ -79,7 +95,7 @@ struct GroupTileCursor {
   __device__ __forceinline__ bool seek(const GroupedGemmParams& p, int tile, TileCoord& out) {
     while (group < p.num_groups) {
       if (group_tiles < 0) load_group(p);
-      if (tile < tiles_before + group_tiles) return found(tile, out);
+      if (tile < tiles_before + group_tiles) return found(p, tile, out);
       tiles_before += group_tiles;
       ++group;
       group_tiles = -1;
@@ -98,7 +114,7 @@ struct GroupTileCursor {
   __device__ __forceinline__ bool seek_warp(const GroupedGemmParams& p, int tile, TileCoord& out) {
     if (group < p.num_groups) {
       if (group_tiles < 0) load_group(p);
-      if (tile < tiles_before + group_tiles) return found(tile, out);
+      if (tile < tiles_before + group_tiles) return found(p, tile, out);
       tiles_before += group_tiles;
       ++group;
       group_tiles = -1;
@@ -109,7 +125,7 @@ struct GroupTileCursor {
       const int g = group + lane;
       int lo = 0, rows = 0;
       if (g < p.num_groups) read_extent(p, g, lo, rows);
-      const int m = m_tiles_of(rows), tiles = m * n_tiles;
+      const int m = m_tiles_of(rows), tiles = units_of(m, n_tiles);
       int through = tiles;  // tiles of groups group .. g
 #pragma unroll
       for (int d = 1; d < 32; d *= 2) {
@@ -125,7 +141,7 @@ struct GroupTileCursor {
         group_rows = __shfl_sync(0xffffffffu, rows, first);
         m_tiles = __shfl_sync(0xffffffffu, m, first);
         group_tiles = __shfl_sync(0xffffffffu, tiles, first);
-        return found(tile, out);
+        return found(p, tile, out);
       }
       tiles_before += __shfl_sync(0xffffffffu, through, 31);
       group += 32;
@@ -135,17 +151,31 @@ struct GroupTileCursor {
   }
 
  private:
-  __device__ __forceinline__ bool found(int tile, TileCoord& out) const {
+  __device__ __forceinline__ bool found(const GroupedGemmParams& p, int tile, TileCoord& out) const {
     const int local = tile - tiles_before;
     out.group = group;
+    // The rectangle of M x N units found() walks: the group's M tiles, or (kPairs) its pairs of them,
+    // whose units come before its odd last M tile's.
+    int rect_m = m_tiles, rect_units = group_tiles;
+    if constexpr (kPairs) {
+      rect_m = m_tiles / 2;
+      rect_units = rect_m * ((p.n + kBlockN - 1) / kBlockN);
+      if (local >= rect_units) {
+        out.m_block = rect_m;  // the last M tile's unit local - rect_units (pair_unit_tile)
+        out.n_block = local - rect_units;
+        out.row_begin = row_begin;
+        out.group_rows = group_rows;
+        return true;
+      }
+    }
     if constexpr (kBand == 0) {
-      out.m_block = local % m_tiles;
-      out.n_block = local / m_tiles;
+      out.m_block = local % rect_m;
+      out.n_block = local / rect_m;
     } else {
       // Band b holds M tiles [b kBand, b kBand + band_m) x every N tile; the last band may be short.
-      const int band_tiles = kBand * (group_tiles / m_tiles);
+      const int band_tiles = kBand * (rect_units / rect_m);
       const int band = local / band_tiles, in_band = local - band * band_tiles;
-      const int band_m = min(kBand, m_tiles - band * kBand);
+      const int band_m = min(kBand, rect_m - band * kBand);
       out.m_block = band * kBand + in_band % band_m;
       out.n_block = in_band / band_m;
     }
@@ -154,6 +184,26 @@ struct GroupTileCursor {
     return true;
   }
 };
+
+// Rank `rank`'s tile of a CTA-pair unit (GroupTileCursor<..., kPairs = true>, kBlockM-row M tiles,
+// n_tiles N tiles): M tile 2i + rank of the unit's pair at its N tile, sharing B with the peer
+// (returns true: multicast), or, for a unit of the group's odd last M tile, that tile at N tile
+// 2j + rank (returns false: each CTA loads its own B). A rank whose N tile lies past the last gets
+// the last one's coordinates and a group_rows of 0: it loads valid memory, multiplies nothing
+// and stores nothing. Both ranks decide alike (the same unit, the same group).
+template <int kBlockM>
+__device__ __forceinline__ bool pair_unit_tile(TileCoord& tile, int rank, int n_tiles) {
+  const int m_tiles = (tile.group_rows + kBlockM - 1) / kBlockM;
+  if (2 * tile.m_block + 1 < m_tiles) {
+    tile.m_block = 2 * tile.m_block + rank;
+    return true;
+  }
+  tile.m_block = m_tiles - 1;
+  const int n = 2 * tile.n_block + rank;
+  if (n >= n_tiles) tile.group_rows = 0;
+  tile.n_block = min(n, n_tiles - 1);
+  return false;
+}
 
 // Dynamic scheduler: every CTA's final fetch lands past the last tile, so exactly
 // gridDim.x fetches return values >= total; the one that returns total + gridDim.x - 1

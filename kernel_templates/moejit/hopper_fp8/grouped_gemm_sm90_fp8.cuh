@@ -200,10 +200,12 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // each rank loads its own A and one half of the B tile (kBlockN/2 rows: the B map's box),
   // multicast to both, so a CTA pulls 16 + 16 KB instead of 16 + 32 KB per 128x256 k-block from L2
   // (Nsight Compute: L2 throughput 85% on Mixtral down 16384 unpaired, docs/perf.md v30). A stage
-  // is then freed by both CTAs' consumers (the empty barriers count 16 warps, half of them arriving
-  // from the peer). A group with an odd M-tile count leaves rank 1 without rows in its last pair:
-  // it still loads and multicasts its half of B, its consumers only pass the stages on. Static
-  // scheduler only: both ranks walk the same pair tiles, cluster c taking c, c + clusters, ...
+  // is then freed by both CTAs' consumers (the empty barriers count both CTAs' consumer warpgroups).
+  // A group with an odd M-tile count gives its last M tile to both ranks, split along N (v32,
+  // GroupTileCursor's kPairs units, pair_unit_tile): each rank loads its own A and both halves of
+  // its own B, and the stages are still freed by both, so that the ranks stay in lockstep. (Before,
+  // rank 1 idled through that tile: ~9% of the tile slots at 1024 +- 31 rows per expert.) Static
+  // scheduler only: both ranks walk the same units, cluster c taking c, c + clusters, ...
   constexpr bool kPairM = kClusterM == 2;
   constexpr unsigned kBHalfBytes = kBBytes / 2;
   const unsigned rank = kPairM ? cluster_ctarank() : 0u;
@@ -276,7 +278,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     return kTwoScaleBlocks && second && n0 + (128 - n0 % 128) < p.n ? first + k_blocks : first;
   };
   const int warpgroup = uniform((int)(threadIdx.x / 128));
-  GroupTileCursor<kLayout, kBlockM * kClusterM, kBlockN> cursor;  // pairs: (group, pair of M tiles, N tile)
+  GroupTileCursor<kLayout, kBlockM, kBlockN, 0, MOEJIT_TILE_BAND, kPairM> cursor;  // pairs: units (pair_unit_tile)
+  const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
   TileCoord tile;
 
   // Registers per role. One warp walks the tiles, lane 0 issues the TMA copies and every lane its
@@ -361,7 +364,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, unit_index, units);
           break;
         }
-        if constexpr (kPairM) tile.m_block = tile.m_block * 2 + (int)rank;
+        bool multicast_b = false;  // this unit's B shared by the pair (pair_unit_tile)
+        if constexpr (kPairM) multicast_b = pair_unit_tile<kBlockM>(tile, (int)rank, n_tiles);
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + tile.n_block * kBlockN;
         const int rows_left = tile.group_rows - tile.m_block * kBlockM;
@@ -381,9 +385,15 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
             if constexpr (Fuse::glu_split)
               load_b_tile<kBlockN, kWgN, true>(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, tile.group,
                                                tile.n_block, p.n);
-            else if constexpr (kPairM)  // B half `rank` into both CTAs; the peer's half may land before the expect_tx above
-              tma_load_2d_multicast(b_stages + stage * kBBytes + rank * kBHalfBytes, tma_b, full, kb * kFp8BlockK,
-                                    b_row + (int)rank * (kBlockN / 2), 3);
+            else if constexpr (kPairM) {
+              if (multicast_b) {  // B half `rank` into both CTAs; the peer's half may land before the expect_tx above
+                tma_load_2d_multicast(b_stages + stage * kBBytes + rank * kBHalfBytes, tma_b, full, kb * kFp8BlockK,
+                                      b_row + (int)rank * (kBlockN / 2), 3);
+              } else {  // the odd last M tile's units: both halves of this CTA's own B (the map's box is a half)
+                tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
+                tma_load_2d(b_stages + stage * kBBytes + kBHalfBytes, tma_b, full, kb * kFp8BlockK, b_row + kBlockN / 2);
+              }
+            }
             else
               tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
           }
@@ -439,10 +449,10 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       if (!cursor.seek_warp(p, unit.tile, tile)) break;
       tile.group = uniform(tile.group);
       tile.m_block = uniform(tile.m_block);
-      if constexpr (kPairM) tile.m_block = tile.m_block * 2 + (int)rank;
       tile.n_block = uniform(tile.n_block);
       tile.row_begin = uniform(tile.row_begin);
       tile.group_rows = uniform(tile.group_rows);
+      if constexpr (kPairM) pair_unit_tile<kBlockM>(tile, (int)rank, n_tiles);  // as the producer: group_rows 0 = no tile
       if (!kSplitN && tile.m_block * kBlockM + tile_row0 >= tile.group_rows) {
         // No rows for this consumer: only hand the stages back. A separate loop: a wgmma under a
         // divergent branch makes ptxas serialize all of them (C7520).
