@@ -329,14 +329,25 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
   }
 }
 
-TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on large groups), 128x192 (4 stages, C staged) on ragged N; static from 512 rows at K <= 3072", "[tuning]") {
+TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on large groups), 128x192 (4 stages, C staged) on ragged N; static from 512 rows at K <= 3072; CTA pairs from K = 6144", "[tuning]") {
   auto fp8_tile = [](int experts, int rows_per_expert, int n, int k) {
     std::vector<int> rows(experts, rows_per_expert);
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, experts, n, k, (long long)experts * rows_per_expert, rows};
     KernelSpec s = choose_spec(p, kHopper, 132);
-    return fmt::format("{}x{} s{} {}", s.tile.m, s.tile.n, s.stages, to_text(s.scheduler));
+    return fmt::format("{}x{} s{} {}{}", s.tile.m, s.tile.n, s.stages, to_text(s.scheduler), s.cluster_m == 2 ? " 2x1" : "");
   };
-  CHECK(fp8_tile(256, 512, 4096, 7168) == "128x256 s4 dynamic");  // DeepSeek-V3 up, 16384 tokens: K long
+  // DeepSeek-V3 up (K = 7168), 16384 and 4096 tokens: where the rules leave dynamic 128x256, CTA
+  // pairs on the static scheduler (v32); 1024 tokens stays on 64x256.
+  CHECK(fp8_tile(256, 512, 4096, 7168) == "128x256 s4 static 2x1");
+  CHECK(fp8_tile(256, 128, 4096, 7168) == "128x256 s4 static 2x1");
+  CHECK(fp8_tile(256, 32, 4096, 7168) == "64x256 s4 dynamic");
+  CHECK(fp8_tile(8, 256, 28672, 4096) == "128x256 s4 dynamic");    // Mixtral up, 1024 tokens: K = 4096, no pairs (1.07x)
+  {  // pairs are unfused and write 16- or 32-bit C
+    std::vector<int> rows(256, 512);
+    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 256, 4096, 7168, 256 * 512LL, rows};
+    p.fusion.activation = Activation::silu;
+    CHECK(choose_spec(p, kHopper, 132).cluster_m == 1);
+  }
   CHECK(fp8_tile(256, 512, 7168, 2048) == "128x256 s4 static");   // DeepSeek-V3 down: 512 rows, K <= 3072 (v24)
   CHECK(fp8_tile(256, 128, 7168, 2048) == "128x256 s4 dynamic");  // DeepSeek-V3 down, 4096 tokens: 128 rows
   CHECK(fp8_tile(128, 1024, 2048, 768) == "128x256 s4 static");   // Qwen3 down, 16384 tokens: K short

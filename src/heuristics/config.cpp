@@ -80,6 +80,16 @@ constexpr int kFp8LargeGroupMinK = 4096;
 // drifting apart off the shared B tiles (as the bf16 kernel's do, v2); Mixtral (K >= 4096) ±2%.
 constexpr int kFp8StaticMinRows = 512;  // mean rows per active expert
 constexpr int kFp8StaticMaxK = 3072;
+// CTA pairs (cluster=2x1, static: the two M tiles 2i, 2i + 1 share B by multicast; a group's odd
+// last M tile split along N, v32) where the rules above leave 128x256 on the dynamic scheduler and
+// K >= 6144: there the static scheduler lost because its CTAs drift apart off the shared B tiles
+// (above: DeepSeek-V3 up, K = 7168), and a pair keeps the two CTAs that share B in step. In turns
+// against dynamic 128x256 (H100, three processes; docs/results/2026-11-26-v32-fp8-pairs-turns.txt):
+// DeepSeek-V3 up 4096 / 16384 0.958-0.979 / 0.958-0.968x the time. Not below: Mixtral up 1024
+// (K = 4096) 1.07x, DeepSeek-V3 down 4096 (K = 2048) 0.98-1.02x; nor where the static scheduler
+// is already chosen (Mixtral 4096 / 16384, DeepSeek-V3 down 16384: 1.00-1.06x). Block scales only
+// (the GPU tests run the pairs with both layouts of B's scales; the row-wise recipe was not timed).
+constexpr int kFp8PairMinK = 6144;
 // Gathered A (fuse=gather): 64x256 on the dynamic scheduler below this many mean rows per expert,
 // else the tile above on the static one (choose_spec says why).
 constexpr int kFp8GatherDynamicMaxRows = 256;
@@ -311,6 +321,11 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
     if (mean_rows >= kFp8StaticMinRows && problem.k <= kFp8StaticMaxK) spec.scheduler = Scheduler::static_persistent;
     if (fp8_large_groups(problem.k, rows, active) && spec.tile == kFp8Full.tile) spec.scheduler = Scheduler::static_persistent;
+    if (spec.tile == kFp8Full.tile && spec.scheduler == Scheduler::dynamic && problem.k >= kFp8PairMinK && !spec.fusion.any() &&
+        spec.c != DType::e4m3 && spec.b_scales == ScaleB::blocks) {
+      spec.cluster_m = 2;
+      spec.scheduler = Scheduler::static_persistent;
+    }
     // Gathered A: the gathering producer warpgroup needs 56 registers beside the dynamic scheduler's
     // ring (v30), and the 128x192 / 128x256 consumers spill at the 216 that leaves (40 and 232 with
     // the static one: no spill; tests/test_compile.cpp). So those tiles gather on the static scheduler;
