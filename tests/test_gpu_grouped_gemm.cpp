@@ -25,10 +25,11 @@ Runtime& runtime() {
 
 double error_bound(DType c) { return c == DType::f32 ? 1e-5 : c == DType::f16 ? 5e-3 : 1e-2; }
 
-// CTA pairs along M sharing B (cluster=2x1): opt-in, the heuristic does not pick them, so they
-// are not among family_candidates; a handful of variants (both layouts and schedulers, each C
-// type, two B-half box sizes) run through every test case below, whose group sizes give odd
-// M-tile counts (rank 1 of the last pair without rows), empty groups and masked slabs.
+// CTA pairs along M sharing B (cluster=2x1): opt-in (a tuner candidate), the heuristic does not
+// pick them, so they are not among family_candidates; a handful of variants (both layouts and
+// schedulers, each C type, two B-half box sizes) run through every test case below, whose group
+// sizes give odd M-tile counts (the last M tile split along N between the ranks), empty groups and
+// masked slabs.
 std::vector<KernelSpec> pair_m_specs() {
   const Arch arch = runtime().arch();
   if (!(arch.sm() == 90 && arch.arch_specific)) return {};
@@ -133,8 +134,9 @@ TEST_CASE("every variant: one row in every group (decode)", "[gpu]") {
 }
 
 TEST_CASE("2x1 CTA pairs: DeepSeek-V3-like groups (odd and even M-tile counts), counter reuse", "[gpu]") {
-  // 512 +- 22 rows per expert: 490 rows make 4 tiles (two full pairs), 534 make 5 (rank 1 of the
-  // third pair has no rows); 129 and 1 leave rank 1 idle, 383 makes a half-filled rank 1 tile.
+  // 512 +- 22 rows per expert: 490 rows make 4 tiles (two full pairs), 534 make 5 (the fifth split
+  // along N: N = 640 is 3 N tiles of 256, so rank 1 is without a tile on its last unit); 129 and 1
+  // end in such a split tile too, 383 makes a half-filled rank 1 tile.
   std::mt19937 rng(2024);
   auto specs = pair_m_specs();
   if (specs.empty()) {

@@ -1,11 +1,12 @@
-// Host model of the Hopper kernel's 2x1 CTA-pair schedule (kernel_templates/moejit/hopper/
-// grouped_gemm_sm90.cuh): the same GroupTileCursor (common/scheduler.cuh, compiled here for the
-// host through the shims below) over 256-row pair tiles, and the kernel's mapping of a pair tile
-// to rank r's 128-row M tile 2i + r. Checks, for group sizes like DeepSeek-V3's (odd and even
-// M-tile counts), empty groups and both layouts, with the static and the dynamic scheduler:
+// Host model of the Hopper kernels' 2x1 CTA-pair schedule (kernel_templates/moejit/hopper/
+// grouped_gemm_sm90.cuh, hopper_fp8/grouped_gemm_sm90_fp8.cuh): the same GroupTileCursor
+// (common/scheduler.cuh, compiled here for the host through the shims below) numbering pair units
+// (kPairs), and pair_unit_tile, which gives rank r M tile 2i + r of a unit, or a group's odd last M
+// tile at N tile 2j + r. Checks, for group sizes like DeepSeek-V3's (odd and even M-tile counts),
+// empty groups and both layouts, with the static and the dynamic scheduler (the bf16 kernel's):
 //  - every 128-row tile that holds rows of a group is computed by exactly one CTA;
-//  - the two CTAs of a cluster walk the same pair tiles (lockstep: same count, same B tile);
-//  - a rank without rows (odd M-tile count) is counted, and only rank 1 ever has none;
+//  - the two CTAs of a cluster walk the same units (lockstep) and share B only on a shared B tile;
+//  - a rank without a tile is counted: only rank 1, once per group with odd M- and N-tile counts;
 //  - the dynamic counter's last fetch is total + clusters - 1 (the reset the kernel relies on).
 // And the warp-wide walk (GroupTileCursor::seek_warp) on a host-emulated warp against seek.
 #include <catch2/catch.hpp>
@@ -95,26 +96,29 @@ struct Outcome {
 // its own cursor, as in the kernel.
 template <int kLayout>
 void walk(const GroupedGemmParams& p, const std::vector<int>& tile_numbers, Outcome& out) {
-  GroupTileCursor<kLayout, 2 * kBlockM, kBlockN> cursor[2];
+  GroupTileCursor<kLayout, kBlockM, kBlockN, 0, 0, true> cursor[2];
+  const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
   for (int t : tile_numbers) {
     TileCoord tile[2];
-    bool ok[2];
+    bool ok[2], shared[2] = {false, false};
     for (int rank = 0; rank < 2; ++rank) {
       ok[rank] = cursor[rank].seek(p, t, tile[rank]);
-      if (ok[rank]) tile[rank].m_block = tile[rank].m_block * 2 + rank;  // the kernel's rewrite
+      if (ok[rank]) shared[rank] = pair_unit_tile<kBlockM>(tile[rank], rank, n_tiles);  // the kernels' mapping
     }
-    REQUIRE(ok[0] == ok[1]);  // both ranks stop at the same tile number
+    REQUIRE(ok[0] == ok[1]);  // both ranks stop at the same unit number
     if (!ok[0]) break;
     ++out.pair_tiles;
-    CHECK(tile[0].group == tile[1].group);  // same B tile: group and N block
-    CHECK(tile[0].n_block == tile[1].n_block);
+    REQUIRE(shared[0] == shared[1]);
+    CHECK(tile[0].group == tile[1].group);
+    if (shared[0]) CHECK(tile[0].n_block == tile[1].n_block);  // the same B tile, multicast
     for (int rank = 0; rank < 2; ++rank) {
       const TileCoord& c = tile[rank];
       const bool has_rows = c.m_block * kBlockM < c.group_rows;  // the producer's has_a, the consumers' rows_here > 0
       if (has_rows) {
         ++out.computed[{c.group, c.m_block, c.n_block}];
       } else {
-        CHECK(rank == 1);  // a pair tile exists only where rank 0's M tile has rows
+        CHECK(rank == 1);  // only past the last N tile of a group's odd last M tile
+        CHECK_FALSE(shared[rank]);
         ++out.idle_rank_tiles;
       }
     }
@@ -182,8 +186,8 @@ void check_schedule(const std::vector<int>& rows, int n, bool masked, int cluste
   std::map<Work, int> expected;
   for (int g = 0; g < groups; ++g) {
     const int m_tiles = (rows[g] + kBlockM - 1) / kBlockM;
-    pair_tiles += (long long)((m_tiles + 1) / 2) * n_tiles;
-    expected_idle += (long long)(m_tiles % 2) * n_tiles;
+    pair_tiles += (long long)(m_tiles / 2) * n_tiles + (m_tiles % 2) * ((n_tiles + 1) / 2);
+    expected_idle += (m_tiles % 2) * (n_tiles % 2);
     for (int m = 0; m < m_tiles; ++m)
       for (int j = 0; j < n_tiles; ++j) expected[{g, m, j}] = 1;
   }
@@ -197,7 +201,7 @@ void check_schedule(const std::vector<int>& rows, int n, bool masked, int cluste
 
 }  // namespace
 
-TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile counts", "[scheduler][pairs_m]") {
+TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile counts split along N", "[scheduler][pairs_m]") {
   std::mt19937 rng(17);
   // DeepSeek-V3 16384 tokens: 256 experts of 512 +- 22 rows (4 or 5 M tiles), N = 4096.
   std::vector<int> deepseek(256);
@@ -210,7 +214,7 @@ TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile
       deepseek,
       {490, 534, 0, 129, 1, 512, 383, 534, 0, 490, 522, 256},  // the GPU test's groups
       {0, 0, 0},                                               // nothing to do
-      {1},                                                     // rank 1 always idle
+      {1},                                                     // one tile: split along N (rank 1 idle at odd N-tile counts)
       {64, 65, 127, 128, 129, 192, 193, 0, 256, 1000, 1500, 33, 1200, 1200, 1200, 1200},
       decode,  // many small groups: the cursor's batched reads (8 groups at a time) cross batches
   };
@@ -448,7 +452,7 @@ TEST_CASE("FP8 CTA pairs: pair units, the odd last M tile split along N, no idle
       {64, 65, 127, 128, 129, 192, 193, 0, 256, 1000, 1500, 33, 1200, 1200, 1200, 1200},
   };
   for (const auto& rows : cases)
-    for (int n : {640, 768, 4096})  // 3, 3 and 16 N tiles of 256
+    for (int n : {640, 512, 4096})  // 3, 2 and 16 N tiles of 256
       for (bool masked : {false, true}) {
         if (masked) check_pair_units<kLayoutMasked, 0>(rows, n, masked, 3);
         else check_pair_units<kLayoutContiguous, 0>(rows, n, masked, 66);

@@ -169,7 +169,7 @@ TEST_CASE("heuristic and tuner keep the fusions; gather avoids CTA pairs", "[tun
   CHECK(choose_spec(problem, kAmpere, 108).fusion == problem.fusion);
 }
 
-TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) for >= 256 rows per group, never the heuristic's", "[tuning]") {
+TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group, never the heuristic's (bf16)", "[tuning]") {
   auto count_pair_m = [](const std::vector<KernelSpec>& specs) {
     int n = 0;
     for (auto& s : specs) {
@@ -189,9 +189,9 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) for >= 256 rows per group
   for (Case c : {Case{256, 512, 4096, 7168, 2},    // DeepSeek-V3 up 16384 tokens
                  Case{256, 512, 7168, 2048, 2},    // DeepSeek-V3 down 16384
                  Case{8, 4096, 4096, 14336, 2},    // Mixtral down 16384
-                 Case{8, 256, 28672, 4096, 2},     // 2 M tiles per group: the threshold
-                 Case{8, 255, 28672, 4096, 0},     // below it
-                 Case{256, 128, 4096, 7168, 0},    // DeepSeek-V3 up 4096: one M tile per expert
+                 Case{8, 256, 28672, 4096, 2},     // 2 M tiles per group
+                 Case{256, 128, 4096, 7168, 2},    // DeepSeek-V3 up 4096: one full M tile per expert, the threshold
+                 Case{256, 127, 4096, 7168, 0},    // below it: every unit a split one, nothing shared
                  Case{128, 1, 2048, 768, 0}}) {    // decode
     std::vector<int> sizes(c.groups, c.rows_per_group);
     GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k,
@@ -205,7 +205,7 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) for >= 256 rows per group
   }
   // Empty groups do not count: 4 experts of 1024 rows among 256 keep the 2x1 candidates.
   std::vector<int> sparse(256, 0);
-  for (int g = 0; g < 4; ++g) sparse[g * 64] = 1024;
+  for (int g = 0; g < 4; ++g) sparse[g * 64] = 1024;  // (the mean over active experts: 1024)
   GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 4096, 7168, 4096, sparse};
   CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
   // fuse=gather: rejected by the spec, so no 2x1 candidate; other fusions keep them.
@@ -342,6 +342,18 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
   CHECK(fp8_tile(256, 128, 4096, 7168) == "128x256 s4 static 2x1");
   CHECK(fp8_tile(256, 32, 4096, 7168) == "64x256 s4 dynamic");
   CHECK(fp8_tile(8, 256, 28672, 4096) == "128x256 s4 dynamic");    // Mixtral up, 1024 tokens: K = 4096, no pairs (1.07x)
+  {  // the tuner times the FP8 pair too (128x256 2x1, static: the spec rejects it dynamic)
+    std::vector<int> rows(8, 600);
+    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 2048, 8 * 600LL, rows};
+    int pairs = 0;
+    for (const KernelSpec& s : tuning_candidates(p, kHopper, 132))
+      if (s.cluster_m == 2) {
+        ++pairs;
+        CHECK(s.scheduler == Scheduler::static_persistent);
+        CHECK(s.tile == TileShape{128, 256, 128});
+      }
+    CHECK(pairs == 1);
+  }
   {  // pairs are unfused and write 16- or 32-bit C
     std::vector<int> rows(256, 512);
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 256, 4096, 7168, 256 * 512LL, rows};

@@ -21,16 +21,20 @@ struct TileConfig {
 constexpr TileConfig kHopperTiles[] = {
     {{64, 256, 64}, 5, 1, 1}, {{128, 256, 64}, 4, 1, 1}, {{128, 192, 64}, 5, 1, 1},
     {{128, 128, 64}, 6, 1, 1}, {{64, 128, 64}, 6, 1, 1}, {{128, 256, 64}, 4, 1, 1, 2},
-    // CTA pairs along M sharing B (cluster=2x1): opt-in, never faster than 1x2 in docs/perf.md v6;
-    // the heuristic never picks it, so the tuner is where it gets timed.
+    // CTA pairs along M sharing B (cluster=2x1): the heuristic does not pick it, so the tuner is
+    // where it gets timed. Since v32 (a group's odd last M tile split along N, no idle rank) it beat
+    // the heuristic in turns on gpt-oss up 16384 (static, 0.95x) and DeepSeek-V3 up 4096 (dynamic,
+    // 0.96-0.97x); elsewhere 0.98-1.15x (docs/results/2026-11-26-v32-bf16-pairs-turns.txt).
     {{128, 256, 64}, 4, 1, 1, 1, 2},
 };
-// 2x1 pairs take M tiles 2i, 2i+1 of one group: with fewer than two 128-row tiles per group the
-// pair's second CTA would mostly only pass B on.
-constexpr double kPairMMinRowsPerGroup = 256;
+// 2x1 pairs share B between M tiles 2i, 2i+1 of one group: below one full 128-row tile per group
+// no unit would share it (every group's single tile is split along N instead).
+constexpr double kPairMMinRowsPerGroup = 128;
 // FP8 block-scaled: the four tiles its kernel implements (K = one 128-wide scale block).
+// Plus CTA pairs on 128x256 (cluster=2x1, the static scheduler, unfused: the spec rejects the rest),
+// which the heuristic picks from K = 6144 (config.cpp).
 constexpr TileConfig kFp8Tiles[] = {{{64, 256, 128}, 4, 1, 1}, {{64, 256, 128}, 5, 1, 1}, {{128, 128, 128}, 6, 1, 1}, {{128, 192, 128}, 4, 1, 1},
-                                    {{128, 192, 128}, 5, 1, 1}, {{128, 256, 128}, 4, 1, 1}};
+                                    {{128, 192, 128}, 5, 1, 1}, {{128, 256, 128}, 4, 1, 1}, {{128, 256, 128}, 4, 1, 1, 1, 2}};
 // 4-bit weight-only: tokens per tile.
 constexpr TileConfig kW4Tiles[] = {{{16, 128, 64}, 8, 1, 1}, {{32, 128, 64}, 8, 1, 1}, {{48, 128, 64}, 8, 1, 1},
                                    {{64, 128, 64}, 8, 1, 1},

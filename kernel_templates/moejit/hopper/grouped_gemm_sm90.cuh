@@ -61,13 +61,14 @@ __host__ __device__ constexpr int smem_bytes() {
 // (the empty barriers count 16 warps, half of them arriving from the peer), and the dynamic
 // scheduler's tile numbers come from rank 0, which writes them into both CTAs' rings.
 //
-// kClusterM == 2 (opt-in; its GPU tests pass, and on the H100 it was never faster than 1x2, docs/perf.md v6): CTA pairs (a 2x1 cluster) take the two M
+// kClusterM == 2 (opt-in, a tuner candidate; its GPU tests pass): CTA pairs (a 2x1 cluster) take the two M
 // tiles 2i, 2i+1 of one (group, N tile) and share the larger operand, B: each loads one half of the
 // B tile (kBlockN/2 rows: the B map's box; split GLU: rank 0 the gate box, rank 1 the up box) and
-// multicasts it to both, so a CTA pulls 16 + 16 = 32 KB per 128x256x64 k-block. A group with an
-// odd M-tile count leaves rank 1 without rows in its last pair: that CTA still loads and
-// multicasts its half of B for every k-block (loading no A), its consumers only pass the stages
-// on, and it stores nothing. Barriers and the tile ring work as for 1x2.
+// multicasts it to both, so a CTA pulls 16 + 16 = 32 KB per 128x256x64 k-block. A group's odd last
+// M tile goes to both ranks split along N (v32: GroupTileCursor's pair units, pair_unit_tile),
+// each loading its own A and both halves of its own B; until v32 rank 1 idled through it. Rank 1
+// is without a tile only past the last N tile of such a unit (it loads valid memory, passes the
+// stages on and stores nothing). Barriers and the tile ring work as for 1x2.
 //
 // Fuse (common/fusion.cuh) and f (null without fusions): the fusions (docs/design.md, "Fusions"). fuse=gather: the whole
 // producer warpgroup copies A row by row with cp.async into the swizzled stage (tma_a is unused);
@@ -167,8 +168,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   const int num_k_blocks = (p.k + kBlockK - 1) / kBlockK;
   const int warpgroup = threadIdx.x / 128;
   // 1x2: the cursor walks (group, M tile, pair of N tiles); this CTA's N tile is 2 j + rank.
-  // 2x1: it walks (group, pair of M tiles, N tile); this CTA's M tile is 2 i + rank.
-  GroupTileCursor<kLayout, kBlockM * kClusterM, kBlockN * kClusterN> cursor;
+  // 2x1: it walks pair units (GroupTileCursor's kPairs): M tiles 2 i + rank of a (group, N tile), or
+  // a group's odd last M tile at N tiles 2 j + rank (pair_unit_tile).
+  GroupTileCursor<kLayout, kBlockM, kBlockN * kClusterN, 0, MOEJIT_TILE_BAND, kPairM> cursor;
+  const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
   TileCoord tile;
 
   if (warpgroup == 0) {
@@ -228,10 +231,11 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           if (kDynamic && rank == 0 && producer_leader && unit_index == units + clusters - 1) atomicExch(p.tile_counter, 0);
           break;
         }
-        if constexpr (kPairM) tile.m_block = tile.m_block * 2 + (int)rank;
+        bool multicast_b = true;  // 2x1: this unit's B shared by the pair (pair_unit_tile)
+        if constexpr (kPairM) multicast_b = pair_unit_tile<kBlockM>(tile, (int)rank, n_tiles);
         const int n_block = kPairN ? tile.n_block * 2 + (int)rank : tile.n_block;
         const bool has_b = !kPairN || n_block * kBlockN < p.n;  // 1x2: odd N-tile count leaves rank 1 idle
-        // 2x1: odd M-tile count leaves rank 1 without rows (it still multicasts its half of B).
+        // 2x1: a rank without a tile (pair_unit_tile: group_rows 0) loads B only.
         const bool has_a = !kPairM || tile.m_block * kBlockM < tile.group_rows;
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + n_block * kBlockN;
@@ -286,11 +290,17 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
               tma_load_2d(a_stage, tma_a, full, kb * kBlockK, a_row);
               if (a_upper) tma_load_2d(a_stage + kAHalfBytes, tma_a, full, kb * kBlockK, a_row + 64);
             }
-            const int b_half_row = Fuse::glu_split
-                                       ? tile.group * p.n + split_glu_box_row(p.n, n_block, kBlockN, kWgN, 0, (int)rank)
-                                       : b_row + (int)rank * (kBlockN / 2);
-            tma_load_2d_multicast(b_stages + stage * kBBytes + rank * kBHalfBytes, tma_b, full, kb * kBlockK,
-                                  b_half_row, 3);
+            auto b_half_row = [&](int half) {
+              return Fuse::glu_split ? tile.group * p.n + split_glu_box_row(p.n, n_block, kBlockN, kWgN, 0, half)
+                                     : b_row + half * (kBlockN / 2);
+            };
+            if (multicast_b) {
+              tma_load_2d_multicast(b_stages + stage * kBBytes + rank * kBHalfBytes, tma_b, full, kb * kBlockK,
+                                    b_half_row((int)rank), 3);
+            } else {  // a group's odd last M tile: both halves of this CTA's own B
+              tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK, b_half_row(0));
+              tma_load_2d(b_stages + stage * kBBytes + kBHalfBytes, tma_b, full, kb * kBlockK, b_half_row(1));
+            }
             if (++stage == kStages) stage = 0, phase ^= 1;
             continue;
           } else if constexpr (kPairN) {
@@ -378,7 +388,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       if constexpr (kSplitTail) unit = split_unit(p, tile_index, num_k_blocks);
       const int kb_begin = unit.kb_begin, kb_end = unit.kb_end;
       if (!cursor.seek(p, unit.tile, tile)) break;
-      if constexpr (kPairM) tile.m_block = tile.m_block * 2 + (int)rank;
+      if constexpr (kPairM) pair_unit_tile<kBlockM>(tile, (int)rank, n_tiles);  // as the producer: group_rows 0 = no tile
       const int n_block = kPairN ? tile.n_block * 2 + (int)rank : tile.n_block;
 
       // Rows of this warpgroup inside the group (group-local): none when the group ends in the
