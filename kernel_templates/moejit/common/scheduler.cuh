@@ -36,7 +36,7 @@ struct TileCoord {
 // kTailRows: a group's last kBlockM-row tile also takes up to this many rows past its kBlockM
 // (the 4-bit kernel's absorbed tails, common/w4_layout.cuh), so a group of kBlockM < rows <=
 // kBlockM + kTailRows is one tile, not two.
-// kPairs (the FP8 kernel's CTA pairs, cluster=2x1): the cursor numbers the units of a CTA pair, not
+// kPairs (the Hopper kernels' CTA pairs along M, cluster=2x1): the cursor numbers the units of a pair, not
 // tiles. A group of T M tiles of kBlockM rows and NT N tiles has floor(T / 2) x NT pair units (M
 // tiles 2i, 2i + 1 at N tile n: both CTAs read the same B tile, multicast) and, when T is odd,
 // ceil(NT / 2) units for its last M tile (N tiles 2j, 2j + 1: the same A rows, no multicast), so
