@@ -15,7 +15,7 @@ struct TileConfig {
   TileShape tile;
   int stages, warps_m, warps_n;
   int cluster_n = 1;  // CTAs along N sharing A (TMA multicast); skipped where the spec rejects it
-  int cluster_m = 1;  // CTAs along M sharing B (TMA multicast); only for >= 256 rows per group
+  int cluster_m = 1;  // CTAs along M sharing B (TMA multicast); only from kPairMMinRowsPerGroup rows per group
 };
 // Hopper: the tiles of the v2 sweep, each with the most stages that fit (228 KB per SM).
 constexpr TileConfig kHopperTiles[] = {

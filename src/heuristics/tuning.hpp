@@ -41,9 +41,9 @@ struct ShapeBucketHash {
 
 // The configs the tuner times for a problem: the heuristic's choice first, then each tile the
 // family offers (measured set: docs/results/2026-11-23-tune-tiles.csv, and 128x256 on CTA pairs
-// where the spec accepts clusters: 1x2, and 2x1 with >= 256 rows per non-empty group, which the
-// heuristic never picks) × static/dynamic scheduler; configs that do not validate on this arch
-// are left out.
+// where the spec accepts clusters: 1x2, and 2x1 with >= 128 rows per non-empty group, which the
+// bf16 heuristic never picks; FP8: 128x256 on 2x1 pairs, static) × static/dynamic scheduler;
+// configs that do not validate on this arch are left out.
 std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch& arch, int sm_count);
 
 }  // namespace moejit
