@@ -438,6 +438,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     const unsigned a_lo0 = uniform((unsigned)a_desc0), b_lo0 = uniform((unsigned)b_desc0);
     float acc[kAccRegs];
     float part[kPartRegs];
+    // This thread's first A-scale slot in stage 0 (its accumulator rows lane / 4 and + 8 of the warp's
+    // 16), as a shared address kept in a register: the empty asm keeps ptxas from recomputing it from
+    // the thread index in every k-block (7 instructions, SASS of 128x192 before this).
+    unsigned sa_addr0 = smem_addr(scale_smem) + 4u * (unsigned)(tile_row0 + warp_in_group * 16 + lane / 4);
+    asm volatile("" : "+r"(sa_addr0));
     int stage = 0;
     unsigned phase = 0;
     unsigned c_state = 0;  // staged epilogue: the chunk buffers' state (store_accumulators_staged)
@@ -490,8 +495,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         // accumulator rows (h = 0, 1: lane / 4 and lane / 4 + 8 of the warp's 16), and the slice's
         // B slots. Read before the MMAs, used after them.
         const float* const scales = scale_smem + stage_u * (kScaleStageBytes / 4);
-        const float sa0 = scales[tile_row0 + warp_in_group * 16 + lane / 4];
-        const float sa1 = scales[tile_row0 + warp_in_group * 16 + lane / 4 + 8];
+        float sa0, sa1;
+        asm volatile("ld.shared.f32 %0, [%2];\n\tld.shared.f32 %1, [%2+32];"
+                     : "=f"(sa0), "=f"(sa1)
+                     : "r"(sa_addr0 + stage_u * kScaleStageBytes)
+                     : "memory");
         const float* const b_slots = scales + kBlockM + (kSplitN ? 2 * consumer : 0);
         const float sb = kChannelScalesB ? 1.f : b_slots[0];
         const float sb_hi = kTwoScaleBlocks && !kChannelScalesB ? b_slots[1] : sb;
