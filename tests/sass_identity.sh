@@ -57,7 +57,11 @@ cat > "$work/hopper_fp8.cu" <<'CU'
 extern "C" __global__ void __launch_bounds__(384, 1) moejit_grouped_gemm(
     const __grid_constant__ moejit::GroupedGemmParams p, const __grid_constant__ moejit::TmaDescriptor tma_a,
     const __grid_constant__ moejit::TmaDescriptor tma_b, const __grid_constant__ moejit::TmaDescriptor tma_c) {
+#ifdef MOEJIT_FP8_TMA_S  // since v33 the kernel takes a map of A's scales (the same SASS whichever map is passed)
+  moejit::hopper::grouped_gemm_fp8<128, 128, 6, moejit::kBF16, moejit::kLayoutContiguous>(p, tma_a, tma_b, tma_c, tma_c);
+#else
   moejit::hopper::grouped_gemm_fp8<128, 128, 6, moejit::kBF16, moejit::kLayoutContiguous>(p, tma_a, tma_b, tma_c);
+#endif
 }
 CU
 cuobjdump=${MOEJIT_CUOBJDUMP:-cuobjdump}
@@ -66,7 +70,9 @@ for kernel in hopper:90a portable:80 portable_fp8:80 portable_w4:80 hopper_w4:90
   name=${kernel%%:*} arch=${kernel##*:}
   for tree in base work; do
     inc=$([ $tree = base ] && echo "$work/base/kernel_templates" || echo "$root/kernel_templates")
-    nvcc -std=c++20 -O3 -cubin -gencode arch=compute_$arch,code=sm_$arch -I"$inc" -w "$work/$name.cu" -o "$work/$name.$tree.cubin"
+    flags=()
+    grep -q "const TmaDescriptor& tma_s" "$inc/moejit/hopper_fp8/grouped_gemm_sm90_fp8.cuh" && flags=(-DMOEJIT_FP8_TMA_S)
+    nvcc -std=c++20 -O3 -cubin -gencode arch=compute_$arch,code=sm_$arch -I"$inc" "${flags[@]}" -w "$work/$name.cu" -o "$work/$name.$tree.cubin"
     "$cuobjdump" -sass "$work/$name.$tree.cubin" > "$work/$name.$tree.sass"
   done
   if cmp -s "$work/$name.base.sass" "$work/$name.work.sass"; then

@@ -300,10 +300,10 @@ TEST_CASE("fused FP8 / 4-bit kernels: their instantiation files", "[codegen][fus
   const std::string fp8_src = generate_source(fp8, templates).source;
   CHECK(fp8_src.find("grouped_gemm<MOEJIT_CONFIG, MoejitFusion, moejit::kE4M3>(p, fusion)") != std::string::npos);
   KernelSpec hfp8 = KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,fuse=scatter+weight");
-  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion, false, moejit::kSchedulerStatic>(p, tma_a, tma_b, tma_c, &fusion)") !=
+  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion, false, moejit::kSchedulerStatic>(p, tma_a, tma_b, tma_c, tma_s, &fusion)") !=
         std::string::npos);
   hfp8.b_scales = ScaleB::channels;  // per-output-channel B scales: the template argument before the scheduler
-  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion, true, moejit::kSchedulerStatic>(p, tma_a, tma_b, tma_c, &fusion)") !=
+  CHECK(generate_source(hfp8, templates).source.find("grouped_gemm_fp8<MOEJIT_CONFIG, MoejitFusion, true, moejit::kSchedulerStatic>(p, tma_a, tma_b, tma_c, tma_s, &fusion)") !=
         std::string::npos);
   hfp8.b_scales = ScaleB::blocks;
   hfp8.fusion = Fusion{};

@@ -249,9 +249,9 @@ TEST_CASE("FP8 hopper spec: defaults, canonical text, shared memory", "[spec]") 
         "cluster=1x1,sched=static,fuse=none,act=none");
   CHECK(KernelSpec::parse(s.to_text()) == s);
   // fp8_smem_bytes<128, 128, 6>(): per stage 128 bytes per tile row and the scales (128 A rows x 4
-  // + 16 for B), + 512 of barriers; no C staging (fp8_c_staged: since v30's scales it misses by 608 bytes).
+  // + a 128-byte B slot area, v33), + 512 of barriers; no C staging (fp8_c_staged: it misses by 1280 bytes).
   CHECK_FALSE(s.stages_c());
-  CHECK(s.dynamic_smem_bytes() == 6 * (256 * 128 + 528) + 512);
+  CHECK(s.dynamic_smem_bytes() == 6 * (256 * 128 + 640) + 512);
   CHECK(element_bytes(DType::e4m3) == 1);
 }
 
@@ -268,17 +268,18 @@ TEST_CASE("spec key is pinned", "[spec][hash]") {
 TEST_CASE("FP8 hopper shared memory: C staging only where it fits beside the stages", "[spec]") {
   // Mirrors fp8_smem_bytes<>() of kernel_templates/moejit/hopper_fp8/grouped_gemm_sm90_fp8.cuh.
   const auto fp8 = [](const char* rest) { return KernelSpec::parse(std::string("family=hopper,a=e4m3,b=e4m3,") + rest); };
-  // Per stage: 128 bytes per tile row of A and B, 4 per A row and 16 of B scales; 512 of barriers.
+  // Per stage: 128 bytes per tile row of A and B, 4 per A row and 128 of B scale slots (the A scales
+  // come by TMA, 128-byte aligned; v33); 512 of barriers.
   CHECK(fp8("tile=128x256x128,stages=4").stages_c());
-  CHECK(fp8("tile=128x256x128,stages=4").dynamic_smem_bytes() == 4 * (384 * 128 + 528) + 512 + 32768);  // 448 bytes spare
+  CHECK(fp8("tile=128x256x128,stages=4").dynamic_smem_bytes() == 4 * (384 * 128 + 640) + 512 + 32768);  // 0 bytes spare (227 KB)
   CHECK(fp8("tile=128x192x128,stages=4").stages_c());
   CHECK(fp8("tile=128x128x128,stages=5").stages_c());
   CHECK_FALSE(fp8("tile=128x128x128,stages=6").stages_c());
   CHECK_FALSE(fp8("tile=128x192x128,stages=5").stages_c());
-  CHECK(fp8("tile=128x192x128,stages=5").dynamic_smem_bytes() == 5 * (320 * 128 + 528) + 512);
+  CHECK(fp8("tile=128x192x128,stages=5").dynamic_smem_bytes() == 5 * (320 * 128 + 640) + 512);
   CHECK(fp8("tile=64x256x128,stages=4").stages_c());
   CHECK_FALSE(fp8("tile=64x256x128,stages=5").stages_c());
-  CHECK(fp8("tile=64x256x128,stages=5").dynamic_smem_bytes() == 5 * (320 * 128 + 272) + 512);
+  CHECK(fp8("tile=64x256x128,stages=5").dynamic_smem_bytes() == 5 * (320 * 128 + 384) + 512);
   // 4-bit weight-only: 128- and 256-token tiles without epilogue fusions (TMA stores of C, v24).
   CHECK(KernelSpec::parse("family=hopper,a=bf16,b=mxfp4,tile=128x128x64,stages=8").stages_c());
   CHECK(KernelSpec::parse("family=hopper,a=bf16,b=nvfp4,tile=256x128x64,stages=4,fuse=gather").stages_c());

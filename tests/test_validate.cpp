@@ -33,7 +33,7 @@ TEST_CASE("good arguments pass", "[validate]") {
   CHECK_NOTHROW(validate_args(good_args()));
   auto fp8 = good_args();
   fp8.ab_type = DType::e4m3;
-  fp8.a_scales = reinterpret_cast<const float*>(0x50004);
+  fp8.a_scales = reinterpret_cast<const float*>(0x50010);
   fp8.b_scales = reinterpret_cast<const void*>(0x60004);
   fp8.k = 400;  // not a multiple of 128: the last K block is partial (TMA reads zeros past K)
   CHECK_NOTHROW(validate_args(fp8));
@@ -129,10 +129,10 @@ TEST_CASE("public entry points name every bad argument (table)", "[validate]") {
       {"fp8 a_scales misaligned",
        [](auto& a) {
          a.ab_type = DType::e4m3;
-         a.a_scales = reinterpret_cast<const float*>(0x50002);
+         a.a_scales = reinterpret_cast<const float*>(0x50004);
          a.b_scales = reinterpret_cast<const void*>(0x60000);
        },
-       "a_scales (ab_type=e4m3: fp32 [ceil(K/128)][rows of A])=0x50002 is not 4-byte aligned"},
+       "a_scales (ab_type=e4m3: fp32 [ceil(K/128)][rows of A])=0x50004 is not 16-byte aligned"},
       {"fp8 k not a multiple of 16",
        [](auto& a) {
          a.ab_type = DType::e4m3;

@@ -27,7 +27,8 @@ using Stream = CUstream_st*;
 // Quantized operands (layouts: include/moejit/formats.hpp):
 //   ab_type = e4m3 (FP8, DeepSeek-V3 block scales; hopper, portable elsewhere): A and B hold E4M3 bytes, K a
 //     multiple of 16; a_scales fp32 [ceil(K/128)][rows of A] (K-block-major; rows of A =
-//     total_rows, or num_groups × capacity when masked), b_scales fp32
+//     total_rows, or num_groups × capacity when masked; 16-byte aligned: the Hopper kernel copies
+//     them by TMA), b_scales fp32
 //     [num_groups][ceil(N/128)][ceil(K/128)]. C[r, n] = Σ_kb a_scales[kb][r] · b_scales[g][n/128][kb]
 //     · Σ_{k in block kb} A[r, k] · B[g, n, k]. quantize_fp8 + fp8_kernel_scales_a/b make them.
 //     b_scale_layout = ScaleB::channels (hopper only): b_scales fp32 [num_groups][N], one per output

@@ -1,5 +1,6 @@
 #include "driver/tensor_map.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "driver/driver_api.hpp"
@@ -29,6 +30,20 @@ TmaDescriptor make_tma_2d_swizzled(const void* base, DType type, std::uint64_t r
   MOEJIT_CU(driver().cuTensorMapEncodeTiled(&map, data_type, 2, const_cast<void*>(base), dims, strides, box,
                                             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  TmaDescriptor out;
+  std::memcpy(&out, &map, sizeof out);
+  return out;
+}
+
+TmaDescriptor make_tma_f32_quads(const float* base, std::uint64_t elements, std::uint32_t box_quads) {
+  CUtensorMap map;
+  cuuint64_t dims[2] = {4, std::max<std::uint64_t>((elements + 3) / 4, 1)};
+  cuuint64_t strides[1] = {16};
+  cuuint32_t box_dim[2] = {4, box_quads};
+  cuuint32_t element_strides[2] = {1, 1};
+  MOEJIT_CU(driver().cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims, strides,
+                                            box_dim, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   TmaDescriptor out;
   std::memcpy(&out, &map, sizeof out);
   return out;

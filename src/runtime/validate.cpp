@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "moejit/errors.hpp"
@@ -38,7 +39,8 @@ void validate_args(const GroupedGemmArgs& a) {
   }
   if (a.ab_type == DType::e4m3) {
     // FP8 with DeepSeek-V3 block scales (layouts in include/moejit/formats.hpp).
-    check_pointer(a.a_scales, "a_scales (ab_type=e4m3: fp32 [ceil(K/128)][rows of A])", 4);
+    // 16-byte aligned: the Hopper kernel copies them by TMA (a 1-D tensor map over the array).
+    check_pointer(a.a_scales, "a_scales (ab_type=e4m3: fp32 [ceil(K/128)][rows of A])", 16);
     check_pointer(a.b_scales,
                   a.b_scale_layout == ScaleB::channels ? "b_scales (ab_type=e4m3, b_scale_layout=channels: fp32 [num_groups][N])"
                                                        : "b_scales (ab_type=e4m3: fp32 [num_groups][ceil(N/128)][ceil(K/128)])",
@@ -90,7 +92,10 @@ void validate_args(const GroupedGemmArgs& a) {
   // Element offsets are 64-bit in the kernels, row indices 32-bit.
   if (static_cast<long long>(a.num_groups) * a.n > INT32_MAX)
     bad("num_groups × n = {} rows of B (at most {})", static_cast<long long>(a.num_groups) * a.n, INT32_MAX);
-  (void)rows;
+  // FP8: the Hopper kernel addresses A's scales by a 32-bit element coordinate (its TMA copies).
+  if (a.ab_type == DType::e4m3 && (a.k + 127LL) / 128 * std::max(rows, (long long)a.num_tokens) > INT32_MAX)
+    bad("ceil(k/128) × rows = {} A scales (ab_type=e4m3: at most {}, the TMA copies' 32-bit coordinates)",
+        (a.k + 127LL) / 128 * std::max(rows, (long long)a.num_tokens), INT32_MAX);
 }
 
 void validate_fusion_args(const GroupedGemmArgs& a, const Fusion& f) {

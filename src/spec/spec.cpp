@@ -263,9 +263,10 @@ int KernelSpec::threads_per_cta() const {
 
 int KernelSpec::fp8_stage_bytes() const {
   // fp8_stage_bytes<>() (hopper_fp8/): per stage 128 bytes per tile row of A and B plus the K
-  // block's scales (one fp32 per A row, four B slots), then 512 bytes of barriers and tile ring
-  // (the base is 1024-byte aligned: no slack).
-  return stages * ((tile.m + tile.n) * 128 + tile.m * 4 + 16) + 512;
+  // block's scales (fp8_scale_stage_bytes: A's TMA box of tile.m / 4 + 1 16-byte rows, then 16
+  // bytes of B slots, rounded up to 128 bytes, the TMA destination's alignment), then 512 bytes of
+  // barriers and tile ring (the base is 1024-byte aligned: no slack).
+  return stages * ((tile.m + tile.n) * 128 + ((tile.m + 4) * 4 + 16 + 127) / 128 * 128) + 512;
 }
 
 bool KernelSpec::stages_c() const {

@@ -40,13 +40,27 @@ namespace moejit::hopper {
 constexpr int kFp8BlockK = 128;  // K elements per stage = per scale block = one 128-byte swizzle row
 
 // Each stage carries its K block's scales beside A and B (v30): A's, one fp32 per tile row, and B's
-// four slots, [consumer][first, second 128-column block] (the split GLU: gate, up), copied by the
-// producer with cp.async. The consumers read them with LDS at a uniform stage address instead of
-// loading them from global memory with 64-bit addresses and per-row predicates (DeepGEMM's k-loop
-// does the same; docs/perf.md v30).
+// four slots, [consumer][first, second 128-column block] (the split GLU: gate, up), after them.
+// The consumers read them with LDS at a uniform stage address instead of loading them from global
+// memory with 64-bit addresses and per-row predicates (DeepGEMM's k-loop does the same; docs/perf.md
+// v30). A's come by one TMA copy (v33: by cp.async from 32 lanes the pairs took 1.10x the cycles):
+// tma_s views scale_a as rows of 4 floats (16 bytes), since a box's innermost coordinate must be
+// 16-byte aligned and a tile's first row is any row; the copy brings kBlockM / 4 + 1 such rows from
+// the one holding the tile's first scale, which lies `shift` = (kb * total_rows + a_row) % 4 floats
+// into the stage (fp8_scale_shift). Then the B slots (cp.async from lanes 0-3). Gathered rows' A
+// scales (token-indexed) come by cp.async, unshifted. Each stage's scales start 128-byte aligned,
+// as TMA's destination must.
+template <int kBlockM>
+__host__ __device__ constexpr int fp8_scale_a_box_bytes() {
+  return (kBlockM / 4 + 1) * 16;
+}
+template <int kBlockM>
+__host__ __device__ constexpr int fp8_scale_b_slots_float() {  // the first B slot, in floats from the stage's start
+  return kBlockM + 4;
+}
 template <int kBlockM>
 __host__ __device__ constexpr int fp8_scale_stage_bytes() {
-  return kBlockM * 4 + 16;
+  return (fp8_scale_b_slots_float<kBlockM>() * 4 + 16 + 127) / 128 * 128;
 }
 // Barriers and the tile ring after the stages. The stages start at the dynamic shared memory's
 // base, declared 1024-byte aligned (what the 128B swizzle atoms need), so no alignment slack.
@@ -113,7 +127,7 @@ __device__ __forceinline__ void scale_columns_fp8(float (&acc)[kWgN / 2], const 
 // One producer thread's share of a stage's scales (fp8_scale_stage_bytes), by 4-byte cp.async:
 // A rows r = thread, thread + kThreads, ... < kBlockM from a_src (row r at a_src + r - thread), or
 // zeros for rows r >= rows_valid (past the group's end, a token outside [0, num_tokens): their
-// rows are never stored); and B slot `thread` from b_src, unless null. The caller arrives on the
+// rows are never stored); and B slot `thread` from b_src, unless null (fp8_scale_b_slots_float). The caller arrives on the
 // full barrier once they land (cp_async_mbarrier_arrive_noinc).
 template <int kBlockM, int kThreads>
 __device__ __forceinline__ void copy_stage_scales_fp8(unsigned dst, const float* scale_a, const float* a_src, int rows_valid,
@@ -131,8 +145,23 @@ __device__ __forceinline__ void copy_stage_scales_fp8(unsigned dst, const float*
           : "memory");
     }
   }
-  if (b_src) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4u * (kBlockM + thread)), "l"(b_src) : "memory");
+  if (b_src)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4u * (fp8_scale_b_slots_float<kBlockM>() + thread)), "l"(b_src)
+                 : "memory");
 }
+
+// The B slot `thread` of a stage's scales (fp8_scale_stage_bytes) from b_src, unless null (the A
+// scales come by TMA there).
+template <int kBlockM>
+__device__ __forceinline__ void copy_stage_b_scale_fp8(unsigned dst, int thread, const float* b_src) {
+  if (b_src)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4u * (fp8_scale_b_slots_float<kBlockM>() + thread)), "l"(b_src)
+                 : "memory");
+}
+
+// Where the K block's first A scale lies in a stage copied by TMA (fp8_scale_stage_bytes): floats
+// from its start.
+__device__ __forceinline__ int fp8_scale_shift(int kb, int total_rows, int a_row) { return (kb * total_rows + a_row) & 3; }
 
 // A count inside a role: split=tail and the staged-C kernels recompute it there from `value` (p.k
 // or p.n) behind an empty asm, so that it is not hoisted above setmaxnreg (held across it, ptxas
@@ -157,7 +186,8 @@ template <int kBlockM, int kBlockN, int kStages, int kTypeC, int kLayout, class 
           bool kChannelScalesB = false, int kScheduler = kSchedulerStatic, bool kSplitTail = false, int kClusterM = 1>
 __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
                                                  const TmaDescriptor& tma_a, const TmaDescriptor& tma_b,
-                                                 const TmaDescriptor& tma_c, const FusionParams* f = nullptr) {
+                                                 const TmaDescriptor& tma_c, const TmaDescriptor& tma_s,
+                                                 const FusionParams* f = nullptr) {
   static_assert(!Fuse::gather_tma, "FP8 Hopper kernel: no gather by TMA");
   static_assert(!Fuse::glu_split || (!kChannelScalesB && kBlockN != 192),
                 "FP8 split GLU: scale blocks per half (not per channel), halves of 64 or 128 rows (not 128x192)");
@@ -236,9 +266,10 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     tma_prefetch_descriptor(tma_a);
     tma_prefetch_descriptor(tma_b);
     if constexpr (kStaged) tma_prefetch_descriptor(tma_c);
+    if constexpr (!Fuse::gather) tma_prefetch_descriptor(tma_s);
     for (int st = 0; st < kStages; ++st) {
-      // + one cp.async arrival per producer thread once its copies (its scales; with fuse=gather
-      // its rows too) have landed: the producer warpgroup's 128 threads, or warp 0's 32 lanes.
+      // + one cp.async arrival per producer thread once its copies (its B slot; with fuse=gather
+      // its rows and A scales too) have landed: the producer warpgroup's 128 threads, or warp 0's 32 lanes.
       mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1 + 32);
       // One thread per consumer warpgroup, of both CTAs when paired (release_stage).
       mbarrier_init(empty_bars + 8 * st, 2 * kClusterM);
@@ -348,8 +379,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       cp_async_wait_all_sm90();
     } else if (threadIdx.x < 32) {
       // Warp 0 walks the groups 32 per step (seek_warp, as in the 4-bit kernel: a one-thread walk
-      // could not keep the stages full at decode); its lane 0 issues the TMA copies, and each lane
-      // copies a quarter of the stage's A scales (lanes 0-3 also a B slot).
+      // could not keep the stages full at decode); its lane 0 issues the TMA copies (A, B and A's
+      // scales), lanes 0-3 copy a B slot each.
       const int k_blocks = role_blocks_of<kSplitTail || kStaged>(p.k, kFp8BlockK, num_k_blocks);
       const int n_blocks = role_blocks_of<kSplitTail || kStaged>(p.n, 128, n_scale_blocks);
       const int lane = (int)threadIdx.x;
@@ -368,19 +399,19 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         if constexpr (kPairM) multicast_b = pair_unit_tile<kBlockM>(tile, (int)rank, n_tiles);
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + tile.n_block * kBlockN;
-        const int rows_left = tile.group_rows - tile.m_block * kBlockM;
-        const float* const a_scales = p.scale_a + a_row + lane;
         const float* const b_scales =
             kChannelScalesB || lane >= 4 ? nullptr : b_scale_source(tile, lane / 2, lane % 2, n_blocks, k_blocks);
         for (int kb = unit.kb_begin; kb < unit.kb_end; ++kb) {
-          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);  // the whole warp waits and copies the scales, lane 0 issues the TMA
+          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);  // the whole warp waits, lanes 0-3 copy B slots, lane 0 issues the TMA
           const unsigned full = full_bars + 8 * stage;
-          copy_stage_scales_fp8<kBlockM, 32>(scale_stages + stage * kScaleStageBytes, p.scale_a,
-                                             a_scales + static_cast<long long>(kb) * p.total_rows, rows_left, lane,
-                                             b_scales ? b_scales + kb : nullptr);
+          copy_stage_b_scale_fp8<kBlockM>(scale_stages + stage * kScaleStageBytes, lane, b_scales ? b_scales + kb : nullptr);
           cp_async_mbarrier_arrive_noinc(full);
           if (threadIdx.x == 0) {
-            mbarrier_arrive_expect_tx(full, kABytes + kBBytes);
+            mbarrier_arrive_expect_tx(full, kABytes + kBBytes + fp8_scale_a_box_bytes<kBlockM>());
+            // The K block's A scales (scale_a[kb * total_rows + a_row ..], host-checked to fit an
+            // int), from the 16-byte row holding the first: rows past the group bring the next
+            // group's (finite; their accumulator rows are never stored), past the array zeros.
+            tma_load_2d(scale_stages + stage * kScaleStageBytes, tma_s, full, 0, (kb * p.total_rows + a_row) >> 2);
             tma_load_2d(a_stages + stage * kABytes, tma_a, full, kb * kFp8BlockK, a_row);
             if constexpr (Fuse::glu_split)
               load_b_tile<kBlockN, kWgN, true>(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, tile.group,
@@ -469,6 +500,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         continue;
       }
       const int m_warp = tile.m_block * kBlockM + tile_row0 + warp_in_group * 16;  // group-local
+      const int a_row = tile.row_begin + tile.m_block * kBlockM;  // the tile's first row of A (its scales' shift)
       const int n0 = tile.n_block * kBlockN + tile_col0;
       // 128x192: columns [split, 192) of the slice take the second scale block's scale (see
       // b_scale_source); the split GLU's second half the up block's.
@@ -491,16 +523,18 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         const unsigned stage_u = uniform((unsigned)stage);
         const unsigned a_lo = a_lo0 + stage_u * (kABytes >> 4);
         const unsigned b_lo = b_lo0 + stage_u * (kBBytes >> 4);
-        // The K block's scales from the stage (zeros for rows past the group): this thread's two
-        // accumulator rows (h = 0, 1: lane / 4 and lane / 4 + 8 of the warp's 16), and the slice's
-        // B slots. Read before the MMAs, used after them.
+        // The K block's scales from the stage: this thread's two accumulator rows (h = 0, 1: lane / 4
+        // and lane / 4 + 8 of the warp's 16), `shift` floats on where TMA brought them
+        // (fp8_scale_shift; gathered rows' come unshifted), and the slice's B slots. Read before the
+        // MMAs, used after them.
         const float* const scales = scale_smem + stage_u * (kScaleStageBytes / 4);
+        const unsigned shift = Fuse::gather ? 0u : (unsigned)fp8_scale_shift(kb, p.total_rows, a_row);
         float sa0, sa1;
         asm volatile("ld.shared.f32 %0, [%2];\n\tld.shared.f32 %1, [%2+32];"
                      : "=f"(sa0), "=f"(sa1)
-                     : "r"(sa_addr0 + stage_u * kScaleStageBytes)
+                     : "r"(sa_addr0 + stage_u * kScaleStageBytes + 4u * shift)
                      : "memory");
-        const float* const b_slots = scales + kBlockM + (kSplitN ? 2 * consumer : 0);
+        const float* const b_slots = scales + fp8_scale_b_slots_float<kBlockM>() + (kSplitN ? 2 * consumer : 0);
         const float sb = kChannelScalesB ? 1.f : b_slots[0];
         const float sb_hi = kTwoScaleBlocks && !kChannelScalesB ? b_slots[1] : sb;
 #pragma unroll
