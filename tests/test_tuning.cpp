@@ -329,7 +329,7 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
   }
 }
 
-TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on large groups), 128x192 (4 stages, C staged) on ragged N; static from 512 rows at K <= 3072; CTA pairs from K = 6144", "[tuning]") {
+TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on large groups), 128x192 (4 stages, C staged) on ragged N; static from 512 rows at K <= 3072; CTA pairs from K = 6144 and on static 128x192", "[tuning]") {
   auto fp8_tile = [](int experts, int rows_per_expert, int n, int k) {
     std::vector<int> rows(experts, rows_per_expert);
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, experts, n, k, (long long)experts * rows_per_expert, rows};
@@ -366,7 +366,7 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
   CHECK(fp8_tile(8, 4096, 28672, 4096) == "128x256 s4 static");   // Mixtral up, 16384 tokens: large groups, long K (v30)
   CHECK(fp8_tile(8, 1024, 4096, 14336) == "128x256 s4 static");   // Mixtral down, 4096 tokens
   CHECK(fp8_tile(8, 1024, 2880, 4096) == "128x192 s4 dynamic");   // large groups, but N pads 6.7% more to 256
-  CHECK(fp8_tile(128, 512, 2880, 2880) == "128x192 s4 static");   // gpt-oss down: N pads 6.7% more to 256
+  CHECK(fp8_tile(128, 512, 2880, 2880) == "128x192 s4 static 2x1");  // gpt-oss down: N pads 6.7% more to 256; pairs (v33)
   CHECK(fp8_tile(128, 16, 2880, 2880) == "64x256 s4 dynamic");    // decode (C staged since v24)
 }
 

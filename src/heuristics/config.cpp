@@ -90,6 +90,11 @@ constexpr int kFp8StaticMaxK = 3072;
 // is already chosen (Mixtral 4096 / 16384, DeepSeek-V3 down 16384: 1.00-1.06x). Block scales only
 // (the GPU tests run the pairs with both layouts of B's scales; the row-wise recipe was not timed).
 constexpr int kFp8PairMinK = 6144;
+// And 128x192 where the rules above leave it on the static scheduler (512+ rows per expert, K <=
+// 3072, N padding less to 192 than to 256: gpt-oss down at 16384 tokens in the suite). Since v33 the
+// A scales come by TMA, which took the 128x192 pair from 1.21 to 1.12 M cycles at the locked clock
+// (Qwen3 up 16384); in turns against static 128x192 (H100, two processes; docs/results/
+// 2026-11-26-v33-fp8-pairs-turns.txt): gpt-oss down 16384 0.945 / 0.948x the time. Block scales only.
 // Gathered A (fuse=gather): 64x256 on the dynamic scheduler below this many mean rows per expert,
 // else the tile above on the static one (choose_spec says why).
 constexpr int kFp8GatherDynamicMaxRows = 256;
@@ -321,11 +326,12 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.scheduler = scheduler_for(active, rows, problem.n, spec.tile, sm_count);
     if (mean_rows >= kFp8StaticMinRows && problem.k <= kFp8StaticMaxK) spec.scheduler = Scheduler::static_persistent;
     if (fp8_large_groups(problem.k, rows, active) && spec.tile == kFp8Full.tile) spec.scheduler = Scheduler::static_persistent;
-    if (spec.tile == kFp8Full.tile && spec.scheduler == Scheduler::dynamic && problem.k >= kFp8PairMinK && !spec.fusion.any() &&
-        spec.c != DType::e4m3 && spec.b_scales == ScaleB::blocks) {
+    const bool pairable = !spec.fusion.any() && spec.c != DType::e4m3 && spec.b_scales == ScaleB::blocks;
+    if (spec.tile == kFp8Full.tile && spec.scheduler == Scheduler::dynamic && problem.k >= kFp8PairMinK && pairable) {
       spec.cluster_m = 2;
       spec.scheduler = Scheduler::static_persistent;
     }
+    if (spec.tile == kFp8Wide.tile && spec.scheduler == Scheduler::static_persistent && pairable) spec.cluster_m = 2;
     // Gathered A: the gathering producer warpgroup needs 56 registers beside the dynamic scheduler's
     // ring (v30), and the 128x192 / 128x256 consumers spill at the 216 that leaves (40 and 232 with
     // the static one: no spill; tests/test_compile.cpp). So those tiles gather on the static scheduler;
