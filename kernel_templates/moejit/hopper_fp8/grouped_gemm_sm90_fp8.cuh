@@ -44,8 +44,9 @@ constexpr int kFp8BlockK = 128;  // K elements per stage = per scale block = one
 // The consumers read them with LDS at a uniform stage address instead of loading them from global
 // memory with 64-bit addresses and per-row predicates (DeepGEMM's k-loop does the same; docs/perf.md
 // v30). A's come by one TMA copy (v33: by cp.async from 32 lanes the pairs took 1.10x the cycles):
-// tma_s views scale_a as rows of 4 floats (16 bytes), since a box's innermost coordinate must be
-// 16-byte aligned and a tile's first row is any row; the copy brings kBlockM / 4 + 1 such rows from
+// tma_s views scale_a as rows of 4 floats (16 bytes), so that a box's innermost coordinate is
+// always 0: a 1-D map whose box started at the tile's first row (any row) faulted with an illegal
+// instruction on the H100 (docs/perf.md v33); the copy brings kBlockM / 4 + 1 such rows from
 // the one holding the tile's first scale, which lies `shift` = (kb * total_rows + a_row) % 4 floats
 // into the stage (fp8_scale_shift). Then the B slots (cp.async from lanes 0-3). Gathered rows' A
 // scales (token-indexed) come by cp.async, unshifted. Each stage's scales start 128-byte aligned,
