@@ -14,10 +14,11 @@ TmaDescriptor make_tma_2d_swizzled(const void* base, DType type, std::uint64_t r
                                    std::uint32_t box_rows, std::uint32_t box_cols);
 
 // A 1-D fp32 array of `elements` seen as rows of 4 floats (16 bytes), copied in boxes of box_quads
-// such rows (at most 256): a box starts at any row, i.e. at any element rounded down to a multiple of
-// 4, which is how TMA takes an unaligned start (a 1-D map's box started at an unaligned element
-// faulted on the H100: illegal instruction; here the innermost coordinate is always 0). Loads read zeros past the last row; the last row's floats past `elements` (at most 3,
-// inside base's 16-byte-aligned last chunk) are read as they are. base must be 16-byte aligned.
+// such rows (at most 256): a box starts at any row, i.e. at any element rounded down to a multiple
+// of 4, which is how TMA takes an unaligned start (a 1-D map whose box started at an unaligned
+// element faulted on the H100: illegal instruction; here the innermost coordinate is always 0).
+// Loads read zeros past the last row; the last row's floats past `elements` (at most 3, inside
+// base's 16-byte-aligned last chunk) are read as they are. base must be 16-byte aligned.
 TmaDescriptor make_tma_f32_quads(const float* base, std::uint64_t elements, std::uint32_t box_quads);
 
 }  // namespace moejit

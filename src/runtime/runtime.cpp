@@ -270,11 +270,12 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
     TmaDescriptor tma_c = spec.stages_c() ? make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c))
                                           : tma_a;
-    // A's scales, [ceil(K / 128)][total_rows] (gathered: [.][num_tokens], copied by cp.async, so
-    // the map is only a valid placeholder there): per K block one box of the 16-byte rows that hold
-    // a tile's scales (fp8_scale_stage_bytes in hopper_fp8/).
-    const std::uint64_t scale_rows = fusion.gather_a ? (std::uint64_t)args.num_tokens : (std::uint64_t)p.total_rows;
-    TmaDescriptor tma_s = make_tma_f32_quads(args.a_scales, scale_rows * ((args.k + 127) / 128), spec.tile.m / 4 + 1);
+    // A's scales, [ceil(K / 128)][total_rows]: per K block one box of the 16-byte rows that hold a
+    // tile's scales (fp8_scale_stage_bytes in hopper_fp8/). Gathered rows' scales come by cp.async
+    // (token-indexed), and that kernel never reads the map: a copy of tma_a, no second encode.
+    TmaDescriptor tma_s = fusion.gather_a ? tma_a
+                                          : make_tma_f32_quads(args.a_scales, (std::uint64_t)p.total_rows * ((args.k + 127) / 128),
+                                                               spec.tile.m / 4 + 1);
     void* params[] = {&p, &tma_a, &tma_b, &tma_c, &tma_s, &fp};  // the unfused kernel takes the first five
     if (spec.cluster_m == 2) add_cta_pair(config);
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));

@@ -39,7 +39,7 @@ void validate_args(const GroupedGemmArgs& a) {
   }
   if (a.ab_type == DType::e4m3) {
     // FP8 with DeepSeek-V3 block scales (layouts in include/moejit/formats.hpp).
-    // 16-byte aligned: the Hopper kernel copies them by TMA (a 1-D tensor map over the array).
+    // 16-byte aligned: the Hopper kernel copies them by TMA (a tensor map of the array's 16-byte rows).
     check_pointer(a.a_scales, "a_scales (ab_type=e4m3: fp32 [ceil(K/128)][rows of A])", 16);
     check_pointer(a.b_scales,
                   a.b_scale_layout == ScaleB::channels ? "b_scales (ab_type=e4m3, b_scale_layout=channels: fp32 [num_groups][N])"

@@ -125,11 +125,20 @@ __device__ __forceinline__ void scale_columns_fp8(float (&acc)[kWgN / 2], const 
   }
 }
 
-// One producer thread's share of a stage's scales (fp8_scale_stage_bytes), by 4-byte cp.async:
-// A rows r = thread, thread + kThreads, ... < kBlockM from a_src (row r at a_src + r - thread), or
-// zeros for rows r >= rows_valid (past the group's end, a token outside [0, num_tokens): their
-// rows are never stored); and B slot `thread` from b_src, unless null (fp8_scale_b_slots_float). The caller arrives on the
-// full barrier once they land (cp_async_mbarrier_arrive_noinc).
+// The B slot `thread` of a stage's scales (fp8_scale_stage_bytes) from b_src, unless null, by a
+// 4-byte cp.async.
+template <int kBlockM>
+__device__ __forceinline__ void copy_stage_b_scale_fp8(unsigned dst, int thread, const float* b_src) {
+  if (b_src)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4u * (fp8_scale_b_slots_float<kBlockM>() + thread)), "l"(b_src)
+                 : "memory");
+}
+
+// One gathering producer thread's share of a stage's scales (fp8_scale_stage_bytes), by 4-byte
+// cp.async: A rows r = thread, thread + kThreads, ... < kBlockM from a_src (row r at a_src + r -
+// thread), or zeros for rows r >= rows_valid (past the group's end, a token outside [0,
+// num_tokens): their rows are never stored); and B slot `thread` (copy_stage_b_scale_fp8). The
+// caller arrives on the full barrier once they land (cp_async_mbarrier_arrive_noinc).
 template <int kBlockM, int kThreads>
 __device__ __forceinline__ void copy_stage_scales_fp8(unsigned dst, const float* scale_a, const float* a_src, int rows_valid,
                                                       int thread, const float* b_src) {
@@ -146,18 +155,7 @@ __device__ __forceinline__ void copy_stage_scales_fp8(unsigned dst, const float*
           : "memory");
     }
   }
-  if (b_src)
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4u * (fp8_scale_b_slots_float<kBlockM>() + thread)), "l"(b_src)
-                 : "memory");
-}
-
-// The B slot `thread` of a stage's scales (fp8_scale_stage_bytes) from b_src, unless null (the A
-// scales come by TMA there).
-template <int kBlockM>
-__device__ __forceinline__ void copy_stage_b_scale_fp8(unsigned dst, int thread, const float* b_src) {
-  if (b_src)
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4u * (fp8_scale_b_slots_float<kBlockM>() + thread)), "l"(b_src)
-                 : "memory");
+  copy_stage_b_scale_fp8<kBlockM>(dst, thread, b_src);
 }
 
 // Where the K block's first A scale lies in a stage copied by TMA (fp8_scale_stage_bytes): floats
