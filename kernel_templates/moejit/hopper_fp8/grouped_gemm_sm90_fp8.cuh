@@ -61,6 +61,9 @@ __host__ __device__ constexpr int fp8_scale_b_slots_float() {  // the first B sl
 }
 template <int kBlockM>
 __host__ __device__ constexpr int fp8_scale_stage_bytes() {
+  // The box covers the tile's kBlockM scales from any shift (0..3), and the B slots lie after it.
+  static_assert(fp8_scale_a_box_bytes<kBlockM>() >= (3 + kBlockM) * 4, "A-scale box shorter than a shifted tile");
+  static_assert(fp8_scale_b_slots_float<kBlockM>() * 4 >= fp8_scale_a_box_bytes<kBlockM>(), "B slots overlap the A-scale box");
   return (fp8_scale_b_slots_float<kBlockM>() * 4 + 16 + 127) / 128 * 128;
 }
 // Barriers and the tile ring after the stages. The stages start at the dynamic shared memory's
