@@ -447,6 +447,34 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per e
   CHECK(ampere.min_ctas_per_sm() == 1);  // the second accumulator needs the registers
 }
 
+TEST_CASE("4-bit decode launches of small experts stream their weights with an L2 evict_first hint", "[heuristic]") {
+  // weights_evict_first (heuristics/config.cpp): the Hopper 4-bit kernel's decode tiles, all
+  // experts' packed weights <= 256 MiB (Qwen3, Mixtral down), not DeepSeek-V3, gpt-oss or Mixtral up,
+  // not prefill tiles, not other formats or families.
+  const Arch h100{9, 0, true};
+  struct Case {
+    int groups, n, k;
+    bool small;
+  };
+  for (const Case c : {Case{128, 2048, 768, true}, Case{128, 1536, 2048, true}, Case{8, 4096, 14336, true},
+                       Case{8, 28672, 4096, false}, Case{128, 2880, 2880, false}, Case{256, 7168, 2048, false}}) {
+    for (DType b : {DType::mxfp4, DType::nvfp4}) {
+      std::vector<int> decode(c.groups, 1), prefill(c.groups, 1024);
+      const GemmProblem small_m{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k, c.groups, decode, b};
+      const KernelSpec s = choose_spec(small_m, h100, 132);
+      INFO(s.to_text() << " n " << c.n << " k " << c.k);
+      REQUIRE(s.tile.m <= 64);
+      CHECK(weights_evict_first(s, c.groups, c.n, c.k) == c.small);
+      const GemmProblem large_m{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k, 1024LL * c.groups, prefill, b};
+      CHECK_FALSE(weights_evict_first(choose_spec(large_m, h100, 132), c.groups, c.n, c.k));
+      CHECK_FALSE(weights_evict_first(choose_spec(small_m, Arch{8, 0, false}, 108), c.groups, c.n, c.k));
+    }
+    std::vector<int> decode(c.groups, 1);
+    const GemmProblem bf16{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k, c.groups, decode};
+    CHECK_FALSE(weights_evict_first(choose_spec(bf16, h100, 132), c.groups, c.n, c.k));
+  }
+}
+
 TEST_CASE("heuristic with fusions and quantized operands: a family that has them", "[heuristic][fusion]") {
   // Hopper FP8: every fusion (a split GLU off the 128x192 tile); Hopper 4-bit: all but split GLU
   // (portable 4-bit then).

@@ -37,6 +37,10 @@ struct SplitTailPlan {
 };
 // From the exact tile count, the persistent CTAs (SMs x CTAs per SM) and K blocks per tile.
 SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks);
+// Whether a launch of `spec` copies its weights with an L2 evict_first hint
+// (GroupedGemmParams::weight_l2_evict_first): the 4-bit Hopper kernel's decode tiles (<= 64
+// tokens) where all num_groups experts' packed weights (n x k codes) take at most 256 MiB.
+bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long n, long long k);
 // `chosen` and the specs choose_spec returns instead for the same shapes under other routings:
 // split=tail follows the exact tile count, so 128x256 single-CTA unfused launches with long K
 // come with their twin (what prewarm builds).

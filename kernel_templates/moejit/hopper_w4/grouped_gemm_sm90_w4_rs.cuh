@@ -55,6 +55,19 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
+// The same with an L2 cache policy (createpolicy) on the copy's lines.
+__device__ __forceinline__ void bulk_load_hinted(unsigned dst, const void* src, unsigned bytes, unsigned bar,
+                                                 unsigned long long policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
 
 // Fused epilogue of the roles-swapped accumulator, stored from registers (16- to 64-token tiles;
 // w4_fused_store_staged below for 128 and 256; docs/design.md, "Fusions"). The accumulator is
@@ -434,11 +447,18 @@ struct WeightBlocks {
                  header_bytes;
     }
   }
-  // K block kb of every block, into consecutive kBlockBytes slots from `dst`, completing on `bar`.
-  __device__ __forceinline__ void load(unsigned dst, int kb, unsigned block_bytes, unsigned bar) const {
+  // K block kb of every block, into consecutive kBlockBytes slots from `dst`, completing on `bar`;
+  // evict_first (GroupedGemmParams::weight_l2_evict_first, read from the parameter bank: no
+  // register held across the loop by the 24-register producer): the copies' lines go first from L2.
+  __device__ __forceinline__ void load(unsigned dst, int kb, unsigned block_bytes, unsigned bar, int evict_first) const {
 #pragma unroll
-    for (int s = 0; s < kBlocks; ++s)
-      bulk_load(dst + s * block_bytes, first[s] + static_cast<long long>(kb) * block_bytes, block_bytes, bar);
+    for (int s = 0; s < kBlocks; ++s) {
+      const unsigned char* const src = first[s] + static_cast<long long>(kb) * block_bytes;
+      if (evict_first)
+        bulk_load_hinted(dst + s * block_bytes, src, block_bytes, bar, l2_evict_first_policy());
+      else
+        bulk_load(dst + s * block_bytes, src, block_bytes, bar);
+    }
   }
 };
 
@@ -669,7 +689,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
             if constexpr (Fuse::gather_tma)
               row_bytes = tma_rows.tx_bytes(rows_valid) + (tail ? tail_gather_tma.tx_bytes(rows_valid - kTokens) : 0u);
             mbarrier_arrive_expect_tx(full, kBlocks * kBlockBytes + row_bytes);
-            w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full);
+            w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full, p.weight_l2_evict_first);
           }
           if constexpr (Fuse::gather_tma) {
             tma_rows.copy_k_block(x_stages + stage * kXBytes, tma_a, full, kb * 64, (int)threadIdx.x);
@@ -711,7 +731,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
             mbarrier_arrive_expect_tx(full, kXBytes + (tail ? kTailBytes : 0u) + kBlocks * kBlockBytes);
             tma_load_2d(x_stages + stage * kXBytes, tma_a, full, kb * 64, x_row);
             if (tail) tma_load_2d(tail_stages + stage * kTailBytes, tma_tail, full, kb * 64, x_row + kTokens);
-            w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full);
+            w_blocks.load(w_stages + stage * kBlocks * kBlockBytes, kb, kBlockBytes, full, p.weight_l2_evict_first);
           }
           __syncwarp(kWalkers);
           if (++stage == kStages) stage = 0, phase ^= 1;
