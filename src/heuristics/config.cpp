@@ -504,8 +504,8 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
 // are small: the weights then evict each other rather than the lines already in L2, whose dirty
 // ones (the previous kernel's outputs; the peers' L2 clear leaves ~22 MB) would be written back
 // during the launch. Measured on the H100 in turns of processes (docs/perf.md v34): Qwen3
-// (101 / 201 MiB) 0.87-0.98x the time, Mixtral down (224 MiB) 0.98-1.00x; on every weight load
-// (v17) DeepSeek-V3 decode (>= 1.8 GiB) took 1.01-1.04x and gpt-oss / Mixtral up 0.98-1.02x,
+// (96 / 192 MiB) 0.87-0.98x the time, Mixtral down (224 MiB) 0.98-1.00x; on every weight load
+// (v17) DeepSeek-V3 decode (>= 1.75 GiB) took 1.01-1.04x and gpt-oss / Mixtral up 0.98-1.02x,
 // hence the bound.
 bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long n, long long k) {
   constexpr long long kMaxWeightBytes = 256LL << 20;
