@@ -24,7 +24,7 @@ struct GroupedGemmParams {
   int capacity;              // masked: rows per group slab
   int total_rows;            // contiguous: rows of A and C; kernels clamp offsets to it
   // 1: the 4-bit kernel's weight copies carry an L2 evict_first hint (decode launches whose
-  // weights are small, runtime.cpp: weight_l2_evict_first); 0 otherwise and in other kernels.
+  // weights are small: weights_evict_first in heuristics/config.cpp); 0 otherwise and in other kernels.
   int weight_l2_evict_first;
   // Scales of quantized operands (null for 16-bit ones); layouts in include/moejit/formats.hpp.
   // Appended after the 16-bit kernels' fields so that their offsets (and SASS) do not move, and
