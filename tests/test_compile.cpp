@@ -473,6 +473,10 @@ TEST_CASE("4-bit decode launches of small experts stream their weights with an L
     const GemmProblem bf16{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k, c.groups, decode};
     CHECK_FALSE(weights_evict_first(choose_spec(bf16, h100, 132), c.groups, c.n, c.k));
   }
+  // Dimensions whose product overflows 64 bits: large, not small.
+  std::vector<int> one(8, 1);
+  const GemmProblem w4{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 4096, 8, one, DType::mxfp4};
+  CHECK_FALSE(weights_evict_first(choose_spec(w4, h100, 132), INT32_MAX, INT32_MAX, INT32_MAX));
 }
 
 TEST_CASE("heuristic with fusions and quantized operands: a family that has them", "[heuristic][fusion]") {

@@ -508,9 +508,10 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
 // (v17) DeepSeek-V3 decode (>= 1.75 GiB) took 1.01-1.04x and gpt-oss / Mixtral up 0.98-1.02x,
 // hence the bound.
 bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long n, long long k) {
-  constexpr long long kMaxWeightBytes = 256LL << 20;
+  constexpr double kMaxWeightBytes = 256.0 * 1024 * 1024;
+  // In double: three int-sized factors can overflow 64 bits.
   return spec.family == KernelFamily::hopper && spec.is_weight_only_4bit() && spec.tile.m <= 64 &&
-         num_groups * n * k / 2 <= kMaxWeightBytes;
+         (double)num_groups * (double)n * (double)k / 2 <= kMaxWeightBytes;
 }
 
 }  // namespace moejit
