@@ -448,35 +448,38 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per e
 }
 
 TEST_CASE("4-bit decode launches of small experts stream their weights with an L2 evict_first hint", "[heuristic]") {
-  // weights_evict_first (heuristics/config.cpp): the Hopper 4-bit kernel's decode tiles, all
-  // experts' packed weights <= 256 MiB (Qwen3, Mixtral down), not DeepSeek-V3, gpt-oss or Mixtral up,
-  // not prefill tiles, not other formats or families.
+  // weights_evict_first (heuristics/config.cpp): the Hopper 4-bit kernel's decode tiles where the
+  // experts the launch can read (at most min(groups, rows)) hold <= 256 MiB of packed weights: the
+  // suite's Qwen3, Mixtral down and gpt-oss down at 16 tokens; not gpt-oss down at 128 tokens,
+  // gpt-oss up, Mixtral up or DeepSeek-V3; not prefill tiles, other formats or families.
   const Arch h100{9, 0, true};
   struct Case {
-    int groups, n, k;
-    bool small;
+    int groups, n, k, rows;
+    bool hint;
   };
-  for (const Case c : {Case{128, 2048, 768, true}, Case{128, 1536, 2048, true}, Case{8, 4096, 14336, true},
-                       Case{8, 28672, 4096, false}, Case{128, 2880, 2880, false}, Case{256, 7168, 2048, false}}) {
+  for (const Case c : {Case{128, 2048, 768, 128, true}, Case{128, 1536, 2048, 1024, true}, Case{8, 4096, 14336, 32, true},
+                       Case{128, 2880, 2880, 64, true}, Case{128, 2880, 2880, 512, false}, Case{8, 28672, 4096, 256, false},
+                       Case{128, 5760, 2880, 64, false}, Case{256, 7168, 2048, 128, false}}) {
+    // Rows spread over min(groups, rows) experts, as routing at decode leaves them.
+    std::vector<int> decode(c.groups, 0), prefill(c.groups, 1024);
+    for (int r = 0; r < c.rows; ++r) ++decode[r % c.groups];
     for (DType b : {DType::mxfp4, DType::nvfp4}) {
-      std::vector<int> decode(c.groups, 1), prefill(c.groups, 1024);
-      const GemmProblem small_m{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k, c.groups, decode, b};
+      const GemmProblem small_m{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k, c.rows, decode, b};
       const KernelSpec s = choose_spec(small_m, h100, 132);
-      INFO(s.to_text() << " n " << c.n << " k " << c.k);
+      INFO(s.to_text() << " n " << c.n << " k " << c.k << " rows " << c.rows);
       REQUIRE(s.tile.m <= 64);
-      CHECK(weights_evict_first(s, c.groups, c.n, c.k) == c.small);
+      CHECK(weights_evict_first(s, c.groups, c.n, c.k, c.rows) == c.hint);
       const GemmProblem large_m{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k, 1024LL * c.groups, prefill, b};
-      CHECK_FALSE(weights_evict_first(choose_spec(large_m, h100, 132), c.groups, c.n, c.k));
-      CHECK_FALSE(weights_evict_first(choose_spec(small_m, Arch{8, 0, false}, 108), c.groups, c.n, c.k));
+      CHECK_FALSE(weights_evict_first(choose_spec(large_m, h100, 132), c.groups, c.n, c.k, 1024LL * c.groups));
+      CHECK_FALSE(weights_evict_first(choose_spec(small_m, Arch{8, 0, false}, 108), c.groups, c.n, c.k, c.rows));
     }
-    std::vector<int> decode(c.groups, 1);
-    const GemmProblem bf16{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k, c.groups, decode};
-    CHECK_FALSE(weights_evict_first(choose_spec(bf16, h100, 132), c.groups, c.n, c.k));
+    const GemmProblem bf16{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k, c.rows, decode};
+    CHECK_FALSE(weights_evict_first(choose_spec(bf16, h100, 132), c.groups, c.n, c.k, c.rows));
   }
   // Dimensions whose product overflows 64 bits: large, not small.
   std::vector<int> one(8, 1);
   const GemmProblem w4{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 4096, 8, one, DType::mxfp4};
-  CHECK_FALSE(weights_evict_first(choose_spec(w4, h100, 132), INT32_MAX, INT32_MAX, INT32_MAX));
+  CHECK_FALSE(weights_evict_first(choose_spec(w4, h100, 132), INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX));
 }
 
 TEST_CASE("heuristic with fusions and quantized operands: a family that has them", "[heuristic][fusion]") {

@@ -500,18 +500,20 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
 }
 
 // The 4-bit decode tiles (<= 64 tokens: a group's rows mostly in one tile, so each weight byte is
-// read once) stream their weights with an L2 evict_first hint where the experts' packed weights
-// are small: the weights then evict each other rather than the lines already in L2, whose dirty
-// ones (the previous kernel's outputs; the peers' L2 clear leaves ~22 MB) would be written back
-// during the launch. Measured on the H100 in turns of processes (docs/perf.md v34): Qwen3
-// (96 / 192 MiB) 0.87-0.98x the time, Mixtral down (224 MiB) 0.98-1.00x; on every weight load
-// (v17) DeepSeek-V3 decode (>= 1.75 GiB) took 1.01-1.04x and gpt-oss / Mixtral up 0.98-1.02x,
-// hence the bound.
-bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long n, long long k) {
+// read once) stream their weights with an L2 evict_first hint where the weights the launch can
+// read are small: the weights then evict each other rather than the lines already in L2, whose
+// dirty ones (the previous kernel's outputs; the peers' L2 clear leaves ~22 MB) would be written
+// back during the launch. The launch reads at most min(num_groups, rows) experts' packed weights
+// (an empty group reads none). Measured on the H100 in turns of processes (docs/perf.md v34): Qwen3
+// (<= 96 / 192 MiB) 0.87-0.98x the time, Mixtral down (224 MiB) 0.98-1.00x, gpt-oss down at 16
+// tokens (64 of 128 experts at most: 253 MiB) 0.97-0.98x (v17); with more to read, DeepSeek-V3
+// decode (>= 896 MiB) took 1.01-1.04x and gpt-oss / Mixtral up (>= 448 MiB) 0.98-1.02x.
+bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long n, long long k, long long rows) {
   constexpr double kMaxWeightBytes = 256.0 * 1024 * 1024;
   // In double: three int-sized factors can overflow 64 bits.
+  const double experts = (double)std::min(num_groups, std::max(rows, 0LL));
   return spec.family == KernelFamily::hopper && spec.is_weight_only_4bit() && spec.tile.m <= 64 &&
-         (double)num_groups * (double)n * (double)k / 2 <= kMaxWeightBytes;
+         experts * (double)n * (double)k / 2 <= kMaxWeightBytes;
 }
 
 }  // namespace moejit

@@ -39,8 +39,9 @@ struct SplitTailPlan {
 SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks);
 // Whether a launch of `spec` copies its weights with an L2 evict_first hint
 // (GroupedGemmParams::weight_l2_evict_first): the 4-bit Hopper kernel's decode tiles (<= 64
-// tokens) where all num_groups experts' packed weights (n x k codes) take at most 256 MiB.
-bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long n, long long k);
+// tokens) where the packed weights (n x k codes) of the experts it can read, at most
+// min(num_groups, rows) of them, take at most 256 MiB.
+bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long n, long long k, long long rows);
 // `chosen` and the specs choose_spec returns instead for the same shapes under other routings:
 // split=tail follows the exact tile count, so 128x256 single-CTA unfused launches with long K
 // come with their twin (what prewarm builds).

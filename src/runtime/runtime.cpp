@@ -204,7 +204,7 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   p.scale_a = args.a_scales;
   p.scale_b = args.b_scales;
   p.scale_b_tensor = args.b_tensor_scales;
-  p.weight_l2_evict_first = weights_evict_first(spec, args.num_groups, args.n, args.k) ? 1 : 0;
+  p.weight_l2_evict_first = weights_evict_first(spec, args.num_groups, args.n, args.k, p.total_rows) ? 1 : 0;
   const long long ctas = (long long)rt.sm_count * k.ctas_per_sm;
   long long units = tiles;
   if (spec.split == SplitK::tail && groups) {
