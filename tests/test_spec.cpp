@@ -187,6 +187,18 @@ TEST_CASE("4-bit weight-only hopper spec: defaults, canonical text, shared memor
   auto nv_scattered = nv;
   nv_scattered.fusion.scatter_c = nv_scattered.fusion.routing_weight = true;
   CHECK(nv_scattered.dynamic_smem_bytes() == nv.dynamic_smem_bytes());
+  // The unfused 256-token tile double-buffers its C staging (two 16 KB buffers per consumer, v35);
+  // with epilogue fusions it keeps one 144-byte-row staging per consumer. Both fit 227 KB.
+  auto nv256 = KernelSpec::parse("family=hopper,b=nvfp4,tile=256x128x64,stages=4");
+  nv256.validate();
+  CHECK(nv256.dynamic_smem_bytes() == 4 * ((256 + 24) * 128 + 4608) + 2048 + 2 * 2 * 128 * 128 + 1024);
+  CHECK(nv256.dynamic_smem_bytes() <= 227 * 1024);
+  auto nv256_gathered = nv256;  // gathered, no epilogue fusion: still double-buffered
+  nv256_gathered.fusion.gather_a = true;
+  CHECK(nv256_gathered.dynamic_smem_bytes() == 4 * ((256 + 16) * 128 + 4608) + 2048 + 2 * 2 * 128 * 128 + 1024);
+  auto nv256_weighted = nv256;
+  nv256_weighted.fusion.routing_weight = true;
+  CHECK(nv256_weighted.dynamic_smem_bytes() == 4 * ((256 + 24) * 128 + 4608) + 2048 + 2 * 128 * 144 + 1024);
   CHECK_FALSE(KernelSpec::parse("family=hopper").is_weight_only_4bit());
   auto portable = KernelSpec::parse("family=portable,arch=sm_80,b=nvfp4,c=f32");  // the 16-bit tile defaults
   portable.validate();

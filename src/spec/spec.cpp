@@ -301,11 +301,11 @@ int KernelSpec::dynamic_smem_bytes() const {
     // hopper_w4/ w4rs_smem_bytes<>(): per stage 64 K of BF16 per token + one pre-arranged weight
     // block (common/w4_layout.cuh: 4096 bytes of codes + 256 (MXFP4) or 512 (NVFP4) of scales).
     // 256 weight rows per tile: two blocks per stage. Tiles of 128 and 256 tokens add the C
-    // staging of their epilogue (w4_sm90_c_staging_bytes).
+    // staging of their epilogue (w4_sm90_c_staging_bytes: double-buffered on unfused 256-token tiles).
     // Static 128- and 256-token tiles hold a group's absorbed last rows too (w4_sm90_tail_rows).
     const int tail = w4_sm90_tail_rows(tile.m, fusion.gather_a, scheduler == Scheduler::dynamic);
     return stages * ((tile.m + tail) * 128 + (tile.n / 128) * w4_sm90_block_bytes(b == DType::nvfp4)) + 2048 +
-           w4_sm90_c_staging_bytes(tile.m);
+           w4_sm90_c_staging_bytes(tile.m, fusion.epilogue());
   }
   if (family == KernelFamily::hopper) return stages * (tile.m + tile.n) * 64 * 2 + 2048 + (stages_c() ? kCStagingBytes : 0);
   // Portable: the cp.async ring (rows padded by 16 bytes against bank conflicts), reused by

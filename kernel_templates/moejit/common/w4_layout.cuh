@@ -43,9 +43,18 @@ __host__ __device__ constexpr long long w4_sm90_run_bytes(int k_blocks64, bool n
 // 128-byte rows with the 128-byte swizzle instead, for TMA stores), + 1024 bytes to align it to the
 // swizzle atom. Smaller tiles store from registers and need none (they run two CTAs per SM, which
 // the 37 KB would not leave room for).
+// The unfused 256-token tile stores two 128-token passes per tile and double-buffers them: each
+// consumer has two 16 KB buffers (128-byte rows), so that the second pass need not wait for the
+// first pass's TMA store to finish reading its buffer (Nsight Compute, MXFP4 Qwen3 down 16384,
+// K = 768: that wait held ~4% of the warps' samples). 4 stages and the tail slots still fit.
 __host__ __device__ constexpr int w4_sm90_c_staging_row_bytes() { return 144; }
-__host__ __device__ constexpr int w4_sm90_c_staging_bytes(int tokens) {
-  return tokens >= 128 ? 2 * 128 * w4_sm90_c_staging_row_bytes() + 1024 : 0;
+__host__ __device__ constexpr bool w4_sm90_c_double_staged(int tokens, bool epilogue_fused) {
+  return tokens == 256 && !epilogue_fused;
+}
+__host__ __device__ constexpr int w4_sm90_c_staging_bytes(int tokens, bool epilogue_fused) {
+  return tokens < 128                                         ? 0
+         : w4_sm90_c_double_staged(tokens, epilogue_fused) ? 2 * 2 * 128 * 128 + 1024
+                                                             : 2 * 128 * w4_sm90_c_staging_row_bytes() + 1024;
 }
 
 // Rows past a whole 128- or 256-token tile that a group's last such tile multiplies too, instead of a

@@ -205,23 +205,37 @@ __device__ __forceinline__ void w4_copy_out_staged(const GroupedGemmParams& p, i
 // group's end is copied by the threads, per row. Thread 0 of the warpgroup issues the stores and,
 // before the staging is written again, waits until they have read it; `staging` is 1024-byte
 // aligned (the swizzle atom). Barrier `barrier_id` (128 threads) orders each pass's reads before
-// the next pass's writes and these writes before the reads.
+// the next pass's writes and these writes before the reads. kDoubleStaged (256-token tiles,
+// w4_sm90_c_double_staged): pass h writes buffer h of two 16 KB ones, so the second pass waits only
+// for stores before the first pass's (the previous tile's, issued a k-loop ago). (A buffer index
+// carried from tile to tile instead changed the MXFP4 k-loop's schedule: 1.027x its cycles.)
 // Why: stored from registers, the transposed layout wrote 8 half sectors per store instruction and
 // the epilogue took 8-28% of the prefill kernels' time (docs/perf.md v18: staged, copied out by the
 // threads, 0.95-0.96x); by TMA, MXFP4 at 4096/16384 tokens 0.98x, Qwen3 down 16384 (K = 768) 0.91x (v24).
-template <int kTypeC, int kAccRegs>
+template <int kTypeC, int kAccRegs, bool kDoubleStaged = false>
 __device__ __forceinline__ void w4_store_staged(const GroupedGemmParams& p, const TmaDescriptor& tma_c,
                                                 const float (&acc)[kAccRegs], const TileCoord& tile, int col0, int token0,
-                                                unsigned staging, int t, int barrier_id) {
+                                                unsigned staging_base, int t, int barrier_id) {
   constexpr int kHalves = kAccRegs / 64;  // 128 tokens per pass through the staging
   static_assert(kAccRegs % 64 == 0, "staged epilogue: 128 or 256 tokens");
+  static_assert(!kDoubleStaged || kHalves == 2, "double staging: two passes per tile");
   const int warp = t / 32, lane = t % 32;
   const int matrix = lane / 8;  // stmatrix x4: lanes 8i..8i+7 give matrix i's row addresses
   // Matrix i of an x4: token group j + (i >> 1) (rows), 16-byte unit 2 warp + (i & 1) of the row.
-  const unsigned my_row = staging + ((matrix >> 1) * 8 + lane % 8) * 128 + (((2 * warp + (matrix & 1)) ^ (lane % 8)) * 16);
+  const unsigned my_row_offset = ((matrix >> 1) * 8 + lane % 8) * 128 + (((2 * warp + (matrix & 1)) ^ (lane % 8)) * 16);
+  bool first_pass_stored = false;  // by TMA (uniform over the warpgroup)
 #pragma unroll
   for (int half = 0; half < kHalves; ++half) {
-    if (t == 0) tma_store_wait_read<0>();
+    const int buffer = kDoubleStaged ? half : 0;
+    const unsigned staging = staging_base + buffer * (128 * 128);
+    const unsigned my_row = staging + my_row_offset;
+    if (t == 0) {
+      // Double-staged second pass after a first pass stored by TMA: that store reads the other buffer.
+      if (kDoubleStaged && half == 1 && first_pass_stored)
+        tma_store_wait_read<1>();
+      else
+        tma_store_wait_read<0>();
+    }
     named_barrier_sync<128>(barrier_id);  // the previous pass's stores (TMA or threads) have read the staging
 #pragma unroll
     for (int j = 16 * half; j < 16 * half + 16; j += 2) {
@@ -239,6 +253,7 @@ __device__ __forceinline__ void w4_store_staged(const GroupedGemmParams& p, cons
         tma_store_2d(tma_c, staging, col0, tile.row_begin + first);
         tma_store_commit();
       }
+      first_pass_stored = half == 0;
     } else {
       named_barrier_sync<128>(barrier_id);
       // 8 consecutive threads copy one row's 8 units; rows past the group (or all of them, for a
@@ -465,11 +480,11 @@ struct WeightBlocks {
 // kRowsW: weight rows per tile, 128 (one pre-arranged block per stage) or 256 (two). Per stage: the
 // tile's token rows, the absorbed tail rows' slot (w4_sm90_tail_rows) and the weight blocks.
 template <int kTokens, int kStages, int kFormat = kMXFP4, int kRowsW = 128, bool kGathered = false,
-          int kScheduler = kSchedulerStatic>
+          int kScheduler = kSchedulerStatic, bool kEpilogueFused = false>
 __host__ __device__ constexpr int w4rs_smem_bytes() {
   constexpr int kTail = w4_sm90_tail_rows(kTokens, kGathered, kScheduler == kSchedulerDynamic);
   return kStages * ((kTokens + kTail) * 128 + (kRowsW / 128) * static_cast<int>(w4_block_bytes<kFormat>())) + 2048 +
-         w4_sm90_c_staging_bytes(kTokens);
+         w4_sm90_c_staging_bytes(kTokens, kEpilogueFused);
 }
 
 // CTAs per SM: the 16-, 32-, 48- and 64-token tiles (decode, small groups) run two, for twice the warps
@@ -509,7 +524,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
                 "tokens per tile: 16, 32, 48, 64, 128 or 256");
   static_assert(kFormat == kMXFP4 || kFormat == kNVFP4, "4-bit weights: MXFP4 or NVFP4");
   static_assert(kRowsW == 128 || (kRowsW == 256 && kTokens == 64), "weight rows per tile: 128, or 256 with 64 tokens");
-  static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW, Fuse::gather, kScheduler>() <= 232448, "stages do not fit in 227 KB");
+  static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW, Fuse::gather, kScheduler, Fuse::epilogue>() <= 232448,
+                "stages do not fit in 227 KB");
   constexpr unsigned kBlockBytes = w4_block_bytes<kFormat>();
   constexpr unsigned kScaleBytes = w4_sm90_quad_scale_bytes(kFormat == kNVFP4);  // per consumer thread per stage (its quad's copy)
   static_assert(kTypeC == kBF16 || kTypeC == kF16, "prototype: 16-bit C");
@@ -580,7 +596,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   // after the barriers' 1024 bytes (the 2048 spare bytes hold those and the stages' alignment;
   // placed before the barriers it moved their offsets and the 24-register producer spilled, ptxas).
   // Aligned to 1024 bytes for the unfused kernels' swizzled staging and TMA stores (w4_store_staged).
-  constexpr bool kStagedC = w4_sm90_c_staging_bytes(kTokens) > 0;
+  constexpr bool kStagedC = w4_sm90_c_staging_bytes(kTokens, Fuse::epilogue) > 0;
+  constexpr bool kDoubleStagedC = w4_sm90_c_double_staged(kTokens, Fuse::epilogue);
   // TMA stores of C: unfused, or a GLU without scatter (w4_fused_tma_store; host: KernelSpec::stages_c()).
   constexpr bool kTmaStoreC = kStagedC && (!Fuse::epilogue || w4_fused_tma_store<Fuse>());
   const unsigned c_staging = (full_bars + 1024 + 1023) & ~1023u;
@@ -979,13 +996,14 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         // n_base less this thread's row offset: the slice's first column. (Written as slice_row's
         // terms without the offset, ptxas allocated the k-loop's registers otherwise; kept as measured.)
         const int col0 = n_base - warp_in_group * 16 - lane / 4;
-        const unsigned my_staging = c_staging + consumer * 128 * w4_sm90_c_staging_row_bytes();  // 18 KB: 1024-aligned
+        // 18 KB (or 2 x 16 KB double-staged) per consumer: 1024-aligned.
+        const unsigned my_staging = c_staging + consumer * (kDoubleStagedC ? 2 * 128 * 128 : 128 * w4_sm90_c_staging_row_bytes());
         if constexpr (kStagedC && Fuse::epilogue) {
           w4_fused_store_staged<kTypeC, Fuse, kAccRegs, w4_fused_tma_store<Fuse>()>(
               p, *f, tma_c, acc[i], tile, col0, tile.m_block * kTokens, first_pass, my_staging, t, 1 + consumer);
         } else if constexpr (kTmaStoreC) {
-          w4_store_staged<kTypeC, kAccRegs>(p, tma_c, acc[i], tile, col0, tile.m_block * kTokens, my_staging, t,
-                                            1 + consumer);
+          w4_store_staged<kTypeC, kAccRegs, kDoubleStagedC>(p, tma_c, acc[i], tile, col0, tile.m_block * kTokens, my_staging,
+                                                            t, 1 + consumer);
         } else if constexpr (Fuse::epilogue) {
           w4_fused_store<kTypeC, Fuse, kAccRegs>(p, *f, acc[i], tile, n_base, token_base, lane);
         } else {
