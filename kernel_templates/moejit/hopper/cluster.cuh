@@ -36,9 +36,26 @@ __device__ __forceinline__ unsigned cluster_map(unsigned local, unsigned rank) {
 }
 
 // Orders this thread's earlier accesses (the remote tile-ring store) at cluster scope; costs a
-// GPU-wide memory barrier in SASS, so only for the once-per-tile ring.
+// GPU-wide memory barrier in SASS, so only for rank 0 publishing a tile number (the store must be
+// visible before the arrive); the readers free slots with mbarrier_arrive_remote_after_read.
 __device__ __forceinline__ void mbarrier_arrive_cluster(unsigned remote_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
+}
+
+// Hands a tile-ring slot back to rank 0's producer once `value`, read from the slot, is in a
+// register: the arrive is predicated on it (never false: tile numbers are not INT_MIN), so it
+// waits for the load, and rank 0 cannot rewrite the slot before the read is done. Release at CTA
+// scope, as mbarrier_arrive_remote_stage below: the WAR ordering of CUTLASS's cluster pipelines.
+// Why not mbarrier_arrive_cluster: its MEMBAR.ALL.GPU + ERRBAR, once per consumer warp and tile at
+// the tile's start while the tensor cores wait, held 2.5% of the bf16 kernel's warp samples on
+// DeepSeek-V3 down 16384 tokens (1x2 pairs, dynamic; docs/perf.md v35).
+__device__ __forceinline__ void mbarrier_arrive_remote_after_read(unsigned remote_bar, int value) {
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.s32 p, %1, %2;\n"
+      "@p mbarrier.arrive.shared::cluster.b64 _, [%0];\n}\n" ::"r"(remote_bar),
+      "r"(value), "n"(-2147483647 - 1)
+      : "memory");
 }
 
 // Hands a pipeline stage back to the peer's producer (default .release.cta, no memory barrier):

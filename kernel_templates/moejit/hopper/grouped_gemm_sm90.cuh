@@ -211,7 +211,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           } else {
             mbarrier_wait_cluster(slot_full, ring_phase);
             tile_index = tile_ring[ring_slot];
-            mbarrier_arrive_cluster(cluster_map(slot_empty, 0));
+            mbarrier_arrive_remote_after_read(cluster_map(slot_empty, 0), tile_index);
           }
           if constexpr (Fuse::gather) tile_index = __shfl_sync(0xffffffffu, tile_index, 0);
           if (++ring_slot == kTileRing) ring_slot = 0, ring_phase ^= 1;
@@ -372,7 +372,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           if constexpr (kPaired) {
             mbarrier_wait_cluster(tile_full_bars + 8 * ring_slot, ring_phase);
             tile_index = tile_ring[ring_slot];
-            mbarrier_arrive_cluster(cluster_map(tile_empty_bars + 8 * ring_slot, 0));
+            mbarrier_arrive_remote_after_read(cluster_map(tile_empty_bars + 8 * ring_slot, 0), tile_index);
           } else {
             mbarrier_wait(tile_full_bars + 8 * ring_slot, ring_phase);
             tile_index = tile_ring[ring_slot];
