@@ -658,6 +658,31 @@ TEST_CASE("2x1 CTA pairs: every layout, scheduler, C type and some fusions", "[.
   check_variants(pair_m_variants(true), "hopper 2x1 pairs (all)", "HGMMA", "UTMALDG.2D.MULTICAST");
 }
 
+// CTA pairs on the dynamic scheduler (bf16): the readers of the tile ring free a slot with a
+// CTA-scope remote arrive (mbarrier_arrive_remote_after_read). A cluster-scope release there put a
+// MEMBAR.ALL.GPU at every consumer warp's tile start (3.3% of DeepSeek-V3 down 16384's cycles,
+// docs/perf.md v35). What remains: the cluster's start, rank 0 publishing a tile number, the exit.
+TEST_CASE("CTA pairs on the dynamic scheduler: no GPU-wide memory barrier where the tile ring is read", "[compile][nvrtc][pairs_m]") {
+  std::string cuobjdump = cuobjdump_path();
+  if (cuobjdump.empty()) FAIL("cuobjdump not found: run .ci/setup (pip package nvidia-cuda-cuobjdump) or set MOEJIT_CUOBJDUMP");
+  std::vector<KernelSpec> specs;
+  for (const char* text : {"family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic"}) {
+    specs.push_back(KernelSpec::parse(text));
+    specs.back().validate();
+  }
+  TempDir dir;
+  auto results = compile_in_parallel(specs);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    INFO("spec: " << results[i].spec.to_text());
+    REQUIRE(results[i].error == "");
+    const std::string sass = sass_of(results[i].result.cubin, dir, fmt::format("p{}", i));
+    std::size_t barriers = 0;
+    for (std::size_t at = sass.find("MEMBAR.ALL.GPU"); at != std::string::npos; at = sass.find("MEMBAR.ALL.GPU", at + 1)) ++barriers;
+    CHECK(barriers <= 3);
+  }
+}
+
 TEST_CASE("compile errors carry the spec, the log and the source lines", "[compile][nvrtc]") {
   TempDir dir;
   TemplateStore templates = fast_template_store(dir);
