@@ -51,10 +51,12 @@ __host__ __device__ constexpr int w4_sm90_c_staging_row_bytes() { return 144; }
 __host__ __device__ constexpr bool w4_sm90_c_double_staged(int tokens, bool epilogue_fused) {
   return tokens == 256 && !epilogue_fused;
 }
+// One consumer's staging, which is also the stride between the two consumers' stagings.
+__host__ __device__ constexpr int w4_sm90_c_staging_consumer_bytes(int tokens, bool epilogue_fused) {
+  return w4_sm90_c_double_staged(tokens, epilogue_fused) ? 2 * 128 * 128 : 128 * w4_sm90_c_staging_row_bytes();
+}
 __host__ __device__ constexpr int w4_sm90_c_staging_bytes(int tokens, bool epilogue_fused) {
-  return tokens < 128                                         ? 0
-         : w4_sm90_c_double_staged(tokens, epilogue_fused) ? 2 * 2 * 128 * 128 + 1024
-                                                             : 2 * 128 * w4_sm90_c_staging_row_bytes() + 1024;
+  return tokens < 128 ? 0 : 2 * w4_sm90_c_staging_consumer_bytes(tokens, epilogue_fused) + 1024;
 }
 
 // Rows past a whole 128- or 256-token tile that a group's last such tile multiplies too, instead of a

@@ -997,7 +997,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         // terms without the offset, ptxas allocated the k-loop's registers otherwise; kept as measured.)
         const int col0 = n_base - warp_in_group * 16 - lane / 4;
         // 18 KB (or 2 x 16 KB double-staged) per consumer: 1024-aligned.
-        const unsigned my_staging = c_staging + consumer * (kDoubleStagedC ? 2 * 128 * 128 : 128 * w4_sm90_c_staging_row_bytes());
+        const unsigned my_staging = c_staging + consumer * w4_sm90_c_staging_consumer_bytes(kTokens, Fuse::epilogue);
         if constexpr (kStagedC && Fuse::epilogue) {
           w4_fused_store_staged<kTypeC, Fuse, kAccRegs, w4_fused_tma_store<Fuse>()>(
               p, *f, tma_c, acc[i], tile, col0, tile.m_block * kTokens, first_pass, my_staging, t, 1 + consumer);
