@@ -365,7 +365,7 @@ TEST_CASE("4-bit weight-only hopper variants compile for sm_90a with HGMMA and n
     if ((s.b == DType::mxfp4 && s.layout == GroupLayout::contiguous && s.c == DType::bf16) ||
         (s.b == DType::nvfp4 && s.layout == GroupLayout::masked && s.c == DType::f16))
       some.push_back(s);
-  CHECK(some.size() == 15);
+  CHECK(some.size() == 17);  // with the 16- and 48-token tiles at 6 stages
   for (const char* tile : {"tile=32x128x64,stages=8", "tile=64x256x64,stages=8"})
     some.push_back(KernelSpec::parse(fmt::format("family=hopper,arch=sm_90a,b=mxfp4,{}", tile)));
   // NVFP4's prefill tiles as the suite runs them (contiguous, bf16 C): the short-tail k-loop once made
@@ -480,6 +480,41 @@ TEST_CASE("4-bit decode launches of small experts stream their weights with an L
   std::vector<int> one(8, 1);
   const GemmProblem w4{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 4096, 8, one, DType::mxfp4};
   CHECK_FALSE(weights_evict_first(choose_spec(w4, h100, 132), INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX));
+}
+
+TEST_CASE("4-bit decode launches that are one full round take 6 stages", "[heuristic]") {
+  // w4_one_full_round (heuristics/config.cpp): unfused 16- and 48-token tiles whose tiles fill 90-100%
+  // of the 2 x SMs CTA slots. Tiles = sum over groups of ceil(rows / tokens) x ceil(N / 128).
+  const Arch h100{9, 0, true};
+  struct Case {
+    int groups, n, k, rows_per_group, active;
+    int stages;
+  };
+  for (const Case c : {Case{8, 4096, 14336, 4, 8, 6},    // Mixtral down, 16 tokens: 256 tiles of 264
+                       Case{8, 4096, 14336, 32, 8, 6},   // Mixtral down, 128 tokens (48-token tile): 256
+                       Case{16, 2048, 8192, 2, 14, 8},   // 224 tiles: 85% of the slots
+                       Case{8, 2048, 16384, 4, 8, 8},    // 128 tiles: half the slots
+                       Case{8, 4352, 8192, 4, 8, 8},     // 34 x 8 = 272 tiles: two rounds for 8 CTAs
+                       Case{128, 2048, 768, 1, 81, 8},   // Qwen3 down 16: many rounds
+                       Case{8, 28672, 4096, 4, 8, 8}}) { // Mixtral up 16: many rounds
+    std::vector<int> sizes(c.groups, 0);
+    for (int g = 0; g < c.active; ++g) sizes[g] = c.rows_per_group;
+    const long long rows = (long long)c.active * c.rows_per_group;
+    for (DType b : {DType::mxfp4, DType::nvfp4}) {
+      const GemmProblem exact{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k, rows, sizes, b};
+      const KernelSpec s = choose_spec(exact, h100, 132);
+      INFO(s.to_text() << " groups " << c.groups << " n " << c.n << " rows " << rows);
+      REQUIRE(s.tile.m <= 48);
+      CHECK(s.stages == c.stages);
+      // Without the host's group sizes: the estimate from the mean agrees on these even spreads.
+      const GemmProblem estimated{GroupLayout::contiguous, DType::bf16, DType::bf16, c.active, c.n, c.k, rows, {}, b};
+      CHECK(choose_spec(estimated, h100, 132).stages == c.stages);
+      // Fused kernels keep 8 stages (not measured at 6).
+      GemmProblem fused = exact;
+      fused.fusion.scatter_c = fused.fusion.routing_weight = true;
+      CHECK(choose_spec(fused, h100, 132).stages == 8);
+    }
+  }
 }
 
 TEST_CASE("heuristic with fusions and quantized operands: a family that has them", "[heuristic][fusion]") {

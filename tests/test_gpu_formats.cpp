@@ -633,6 +633,20 @@ TEST_CASE("w4: high-level call picks a 4-bit config and is correct (decode and p
         MOEJIT_CU(driver().cuCtxSynchronize());
         check_result(p, fmt::format("grouped_gemm {} {} rows {} chose {}", to_text(b), to_text(layout), rows, chosen.to_text()));
       }
+  // One round that fills the GPU (8 groups x 128-row blocks = the 2 x SMs CTA slots): the 16- and
+  // 48-token tiles at 6 stages (heuristics/config.cpp, w4_one_full_round).
+  const int n_full_round = 128 * (2 * runtime().sm_count() / 8);
+  for (DType b : {DType::mxfp4, DType::nvfp4})
+    for (int rows : {4, 32}) {
+      auto p = w4_problem(GroupLayout::contiguous, b, DType::bf16, std::vector<int>(8, rows), n_full_round, 768, rng);
+      p.poison();
+      GroupedGemmArgs args = p.args();
+      KernelSpec chosen = runtime().choose_spec(args);
+      CHECK(chosen.stages == 6);
+      runtime().grouped_gemm(args, nullptr);
+      MOEJIT_CU(driver().cuCtxSynchronize());
+      check_result(p, fmt::format("grouped_gemm {} one full round, rows {} chose {}", to_text(b), rows, chosen.to_text()));
+    }
   auto p = w4_problem(GroupLayout::contiguous, DType::nvfp4, DType::bf16, {4, 4}, 128, 128, rng);
   GroupedGemmArgs args = p.args();
   args.b_tensor_scales = nullptr;

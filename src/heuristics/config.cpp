@@ -1,6 +1,7 @@
 #include "heuristics/config.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "moejit/errors.hpp"
 
@@ -130,6 +131,16 @@ constexpr TileChoice kW4Small = {{64, 128, 64}, 8, 1, 1};
 // rarely exceeds 48 rows (which would read its weights twice) while the mean stays under 36.
 constexpr TileChoice kW4Mid = {{48, 128, 64}, 8, 1, 1};
 constexpr int kW4MidTileMaxRows = 36;
+// 6 stages for the 16- and 48-token tiles when the launch is one round that fills the GPU: at
+// least 90% of the 2 x SMs CTA slots hold a tile and none holds two. In turns on the H100 (docs/perf.md
+// v36, 3 processes, both formats): Mixtral down at 16 / 128 tokens (256 tiles) 0.975-0.984 /
+// 0.957-0.969x the time of 8 stages, and outside the suite 8 experts, N 4096, K 8192 (256 tiles)
+// 0.976-0.995x and 16 experts, N 2048, K 8192 at 128 tokens (256 tiles) 0.93x. Where they do not
+// apply: 224 tiles 0.99-1.01x, 128 tiles (half the slots) 1.04-1.07x, several rounds 0.99-1.02x
+// (DeepSeek-V3 1.01-1.02x). Why a full single round streams faster with less in flight is not
+// known; the rule is what was measured.
+constexpr int kW4OneRoundStages = 6;
+constexpr double kW4OneRoundMinFill = 0.9;
 constexpr TileChoice kW4Large = {{128, 128, 64}, 8, 1, 1};
 constexpr int kW4LargeTileMinRows = 48;
 // 256 tokens per tile (4 stages since v23: with the absorbed tail rows' slots 5 do not fit; 5 before,
@@ -186,6 +197,22 @@ bool hopper_capable(const Arch& arch) { return arch.sm() == 90 && arch.arch_spec
 Scheduler scheduler_for(long long active, long long rows, int n, TileShape tile, int sm_count) {
   return active > 1 && estimated_tiles(rows, active, n, tile) > std::max(sm_count, 1) ? Scheduler::dynamic
                                                                                       : Scheduler::static_persistent;
+}
+
+// Whether an unfused 16- or 48-token 4-bit launch is one round that fills the GPU (kW4OneRoundStages):
+// its tiles (exact with the host's group sizes, else from the mean) between kW4OneRoundMinFill of the
+// CTA slots and all of them.
+bool w4_one_full_round(const KernelSpec& spec, const GemmProblem& problem, long long active, double mean_rows, int sm_count) {
+  if (spec.fusion.any() || spec.tile.m > kW4Mid.tile.m || sm_count < 1) return false;
+  const long long n_blocks = (problem.n + spec.tile.n - 1LL) / spec.tile.n;
+  long long tiles = 0;
+  if (!problem.group_rows.empty()) {
+    for (int r : problem.group_rows) tiles += (r + spec.tile.m - 1LL) / spec.tile.m * n_blocks;
+  } else {
+    tiles = active * (long long)std::ceil(mean_rows / spec.tile.m) * n_blocks;
+  }
+  const long long slots = (long long)sm_count * spec.min_ctas_per_sm();
+  return tiles <= slots && (double)tiles >= kW4OneRoundMinFill * (double)slots;
 }
 
 KernelSpec with_tile(KernelSpec spec, const TileChoice& t) {
@@ -307,6 +334,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
                            : mean_rows < kW4LargeTileMinRows ? kW4Small
                            : large_tile                      ? kW4Large
                                                              : kW4Prefill);
+    if (w4_one_full_round(spec, problem, active, mean_rows, sm_count)) spec.stages = kW4OneRoundStages;
     // Static: the dynamic scheduler (a tuner candidate) ran slower on 4-bit weights, same process
     // on the H100 (docs/perf.md v10): geomean 0.93 (MXFP4) and 0.90 (NVFP4) of static's speed over
     // the 40 suite cases, slower on 39 (MXFP4) and 33 (NVFP4) of 40, decode to prefill.
@@ -447,6 +475,12 @@ std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family) {
               s = with_tile(s, t);
               s.validate();
               out.push_back(s);
+              // The 16- and 48-token tiles at the one-full-round stage count too (bf16 C, static).
+              if ((t.tile == kW4Tiny.tile || t.tile == kW4Mid.tile) && c == DType::bf16 && sched == Scheduler::static_persistent) {
+                s.stages = kW4OneRoundStages;
+                s.validate();
+                out.push_back(s);
+              }
             }
     return out;
   }

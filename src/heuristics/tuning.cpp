@@ -38,7 +38,9 @@ constexpr TileConfig kFp8Tiles[] = {{{64, 256, 128}, 4, 1, 1}, {{64, 256, 128}, 
                                     {{128, 192, 128}, 5, 1, 1}, {{128, 256, 128}, 4, 1, 1}, {{128, 256, 128}, 4, 1, 1, 1, 2},
                                     {{128, 192, 128}, 4, 1, 1, 1, 2}};
 // 4-bit weight-only: tokens per tile.
-constexpr TileConfig kW4Tiles[] = {{{16, 128, 64}, 8, 1, 1}, {{32, 128, 64}, 8, 1, 1}, {{48, 128, 64}, 8, 1, 1},
+// The 16- and 48-token tiles also at 6 stages (the heuristic's choice for one full round, config.cpp).
+constexpr TileConfig kW4Tiles[] = {{{16, 128, 64}, 8, 1, 1}, {{16, 128, 64}, 6, 1, 1}, {{32, 128, 64}, 8, 1, 1},
+                                   {{48, 128, 64}, 8, 1, 1}, {{48, 128, 64}, 6, 1, 1},
                                    {{64, 128, 64}, 8, 1, 1},
                                    {{128, 128, 64}, 8, 1, 1}, {{256, 128, 64}, 4, 1, 1},
                                    {{64, 256, 64}, 8, 1, 1}};
@@ -178,6 +180,8 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
   auto add = [&](const TileConfig& t) {
     if (t.cluster_m != 1 && mean_rows < kPairMMinRowsPerGroup) return;
     if (fp8_gathered && t.tile.n == 192 && t.stages == 5) return;
+    // The 4-bit decode tiles at 6 stages: unfused only, as the heuristic takes them (not measured fused).
+    if (static_only && t.stages == 6) return;
     for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic})
       for (SplitK split : {SplitK::none, SplitK::tail}) {
         if (split == SplitK::tail && !try_split) continue;
