@@ -7,8 +7,9 @@
 // for a CTA that is still busy, and with fewer tiles than CTAs (decode) half the CTAs did all the
 // work: the 4-bit kernel's Mixtral down at 16 tokens took 2x as long (H100, docs/perf.md v10).
 //
-// Every reader is one lane per warp (lane 0 reads the slot, releases it, and shares the number
-// with its warp by a shuffle), so a slot's empty barrier counts the reading warps.
+// A reader is one lane per warp (take: lane 0 reads the slot, releases it, and shares the number
+// with its warp by a shuffle; the slot's empty barrier counts the reading warps) or every lane of
+// it (take_every_lane: the barrier counts 32 per such warp).
 #pragma once
 #include "moejit/common/scheduler.cuh"
 #include "moejit/hopper/mbarrier.cuh"
@@ -76,6 +77,21 @@ struct TileRing {
     }
     advance();
     return __shfl_sync(0xffffffffu, tile, 0);
+  }
+
+  // A reading warp, every lane: each waits, reads the slot and arrives (init counts 32 arrivals
+  // for such a warp). No lane-0 branch and no shuffle, so ptxas keeps the number, and what the
+  // k-loop derives from it, in uniform registers. With take the 4-bit consumers' k-loop had 208
+  // instructions between its first and last HGMMA, against 173 static and with this; the 4-bit
+  // dynamic kernel took 1.05x static's time at decode with take, 1.01-1.02x with this (H100,
+  // docs/perf.md v36).
+  __device__ __forceinline__ int take_every_lane() {
+    mbarrier_wait(full_bars + 8 * slot, phase);
+    int tile;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(tile) : "r"(slots_addr + 4 * slot) : "memory");
+    mbarrier_arrive(empty_bars + 8 * slot);
+    advance();
+    return tile;
   }
 
  private:

@@ -611,7 +611,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       mbarrier_init(full_bars + 8 * st, Fuse::gather && !Fuse::gather_tma ? 1 + 128 : 1);
       mbarrier_init(empty_bars + 8 * st, kConsumerThreads);
     }
-    if constexpr (kDynamic) ring.init(8 + (Fuse::gather ? 3 : 0));  // consumer warps (+ producer warps 1-3)
+    // Every consumer lane takes each number (take_every_lane), plus producer warps 1-3's lane 0 when they gather.
+    if constexpr (kDynamic) ring.init(kConsumerThreads + (Fuse::gather ? 3 : 0));
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -909,7 +910,7 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       }
     };
     for (int tile_iter = 0;; ++tile_iter) {
-      const int tile_index = kDynamic ? ring.take(lane) : static_tile(tile_iter);
+      const int tile_index = kDynamic ? ring.take_every_lane() : static_tile(tile_iter);
       if (!seek_tile(tile_index)) break;
       // acc register 4j + 2h + e of slice i: weight row slice_row(i) + 8h, token 8j + 2(lane%4) + e.
       auto slice_row = [&](int i) {
