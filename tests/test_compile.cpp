@@ -718,6 +718,44 @@ TEST_CASE("CTA pairs on the dynamic scheduler: no GPU-wide memory barrier where 
   }
 }
 
+// The 4-bit dynamic scheduler's consumers take each tile number in every lane
+// (TileRing::take_every_lane). Taken by lane 0 and shuffled, the number made ptxas move the k-loop's
+// stage and descriptor arithmetic out of uniform registers: 208 SASS instructions from the first
+// HGMMA to the last in the 16-token kernel, against 173 static (1.05x the time at decode, docs/perf.md
+// v36). The dynamic k-loop stays as long as the static one.
+TEST_CASE("4-bit dynamic scheduler: the k-loop as lean as static's", "[compile][nvrtc][w4]") {
+  std::string cuobjdump = cuobjdump_path();
+  if (cuobjdump.empty()) FAIL("cuobjdump not found: run .ci/setup (pip package nvidia-cuda-cuobjdump) or set MOEJIT_CUOBJDUMP");
+  std::vector<KernelSpec> specs;
+  for (const char* sched : {"static", "dynamic"}) {
+    specs.push_back(KernelSpec::parse(fmt::format("family=hopper,b=mxfp4,tile=16x128x64,stages=8,sched={}", sched)));
+    specs.back().validate();
+  }
+  TempDir dir;
+  auto results = compile_in_parallel(specs);
+  std::vector<long> spans;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    INFO("spec: " << results[i].spec.to_text());
+    REQUIRE(results[i].error == "");
+    std::istringstream lines(sass_of(results[i].result.cubin, dir, fmt::format("w{}", i)));
+    long line = 0, first = -1, last = -1;
+    for (std::string text; std::getline(lines, text);) {
+      // Instruction lines start with their address (/*0a30*/); the encoding-only lines (/* 0x... */) do not count.
+      const std::size_t open = text.find("/*");
+      if (open == std::string::npos || open + 2 >= text.size() || text[open + 2] == ' ') continue;
+      ++line;
+      if (text.find("HGMMA") != std::string::npos) {
+        if (first < 0) first = line;
+        last = line;
+      }
+    }
+    REQUIRE(first >= 0);
+    spans.push_back(last - first);
+  }
+  INFO("static span " << spans[0] << ", dynamic span " << spans[1]);
+  CHECK(spans[1] <= spans[0] + 8);
+}
+
 TEST_CASE("compile errors carry the spec, the log and the source lines", "[compile][nvrtc]") {
   TempDir dir;
   TemplateStore templates = fast_template_store(dir);
