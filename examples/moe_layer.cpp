@@ -17,6 +17,9 @@
 //   deepseek-v3    256 experts, top-8, H = 7168, I = 2048; sigmoid + correction bias, top-4 of 8
 //                  groups, top-8, renormalized, x2.5; SwiGLU (interleaved). (The torch peer leaves
 //                  the group limit and bias out: the GEMMs see the same work.)
+//   mixtral-8x7b   8 experts, top-2, H = 4096, I = 14336; top-k then softmax; SwiGLU (interleaved).
+//                  Few large experts: at decode GEMM2 is one round of tiles (the 4-bit kernel's
+//                  one-full-round stage rule). Not in the torch peer.
 //
 // --weights mxfp4: W1 and W2 quantized by moejit::quantize_mxfp4 and packed by pack_w4_sm90 (the
 // GEMMs then take b_type = mxfp4: the Hopper 4-bit kernel with its fusions on sm_90a); the CPU
@@ -46,12 +49,12 @@
 //
 // Without a GPU it says so, compiles (prewarms) the kernels it would use for sm_90a, and exits 0.
 //
-//   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all] [--tokens 16,1024,16384]
+//   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|mixtral-8x7b|all] [--tokens 16,1024,16384]
 //             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--fp8-gather auto|quantize|gemm]
 //             [--fp8-h gemm1|quantize] [--route-only]
-//             [--gemm1-spec tile=256x128x64,stages=4]
-//   --gemm1-spec: these spec fields replace the heuristic's in the fused GEMM1 (for tuning and
-//   profiling; the plain GEMM1 beside it keeps the heuristic's)
+//             [--gemm1-spec tile=256x128x64,stages=4] [--gemm2-spec stages=6]
+//   --gemm1-spec / --gemm2-spec: these spec fields replace the heuristic's in the fused GEMM1 /
+//   GEMM2 (for tuning and profiling; the plain GEMMs beside them keep the heuristic's)
 //   --route-only: time and check route() alone (no weights), e.g. DeepSeek-V3 at 16384 tokens
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -86,6 +89,12 @@ const LayerModel kModels[] = {
     {"gpt-oss-120b", 128, 4, 2880, 2880, RoutingMethod::gpt_oss(), false, true, Activation::swiglu_oai},
     {"qwen3-30b-a3b", 128, 8, 2048, 768, RoutingMethod::qwen3_moe(), false, false, Activation::swiglu},
     {"deepseek-v3", 256, 8, 7168, 2048, RoutingMethod::deepseek_v3(), true, false, Activation::swiglu},
+    {"mixtral-8x7b", 8, 2, 4096, 14336, RoutingMethod::mixtral(), false, false, Activation::swiglu},
+};
+
+// --gemm1-spec / --gemm2-spec: spec fields that replace the heuristic's in the fused GEMMs.
+struct SpecOverrides {
+  std::string gemm1, gemm2;
 };
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -443,7 +452,7 @@ float median(std::vector<float> v) {
 
 bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights, GatherLoad gather_by, Fp8Options fp8_options,
                const void* d_w1, const void* d_w2, const float* d_b1, const float* d_b2, const float* d_bias, int tokens,
-               int check_tokens, int reps, const std::string& gemm1_overrides) {
+               int check_tokens, int reps, const SpecOverrides& overrides) {
   const int E = m.experts, K = m.top_k, H = m.hidden, I = m.intermediate;
   const long long rows = (long long)tokens * K;
   std::vector<float> logits = random_logits(m, tokens);
@@ -507,14 +516,15 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   g.down.routing_weights = ra.routing_weights;
   g.down.bias = d_b2;
   g.up.host_groups = g.down.host_groups = offsets;
-  KernelSpec spec1 = fused_spec(rt, g.up, g.up_fusion);
-  if (!gemm1_overrides.empty()) {
-    spec1 = moejit::examples::override_fields(spec1, gemm1_overrides);
-    spec1.validate();
-    fmt::print(stderr, "GEMM1 spec (--gemm1-spec): {}\n", spec1.to_text());
-  }
-  Kernel k1 = rt.kernel(spec1);
-  Kernel k2 = rt.kernel(fused_spec(rt, g.down, g.down_fusion));
+  auto overridden = [](KernelSpec spec, const std::string& fields, const char* what) {
+    if (fields.empty()) return spec;
+    spec = moejit::examples::override_fields(spec, fields);
+    spec.validate();
+    fmt::print(stderr, "{} spec (--{}-spec): {}\n", what, what, spec.to_text());
+    return spec;
+  };
+  Kernel k1 = rt.kernel(overridden(fused_spec(rt, g.up, g.up_fusion), overrides.gemm1, "gemm1"));
+  Kernel k2 = rt.kernel(overridden(fused_spec(rt, g.down, g.down_fusion), overrides.gemm2, "gemm2"));
   // In the layer the offsets stay on the device: no host copy, no synchronization.
   g.up.host_groups = g.down.host_groups = {};
   g.up.trust_device_groups = g.down.trust_device_groups = true;
@@ -795,7 +805,7 @@ int main(int argc, char** argv) {
   DType weights = DType::bf16;
   GatherLoad gather_by = GatherLoad::cp_async;
   Fp8Options fp8_options;
-  std::string gemm1_overrides;
+  SpecOverrides overrides;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--route-only") {
@@ -817,11 +827,12 @@ int main(int argc, char** argv) {
     else if (flag == "--fp8-gather" && std::string(value) == "gemm") fp8_options.gather = Fp8Gather::gemm;
     else if (flag == "--fp8-h" && std::string(value) == "gemm1") fp8_options.h = Fp8H::gemm1;
     else if (flag == "--fp8-h" && std::string(value) == "quantize") fp8_options.h = Fp8H::quantize;
-    else if (flag == "--gemm1-spec") gemm1_overrides = value;
+    else if (flag == "--gemm1-spec") overrides.gemm1 = value;
+    else if (flag == "--gemm2-spec") overrides.gemm2 = value;
     else models_bad = true;
   }
   std::vector<const LayerModel*> models;
-  std::stringstream names(model_arg == "all" ? "gpt-oss-120b,qwen3-30b-a3b,deepseek-v3" : model_arg);
+  std::stringstream names(model_arg == "all" ? "gpt-oss-120b,qwen3-30b-a3b,deepseek-v3,mixtral-8x7b" : model_arg);
   for (std::string name; std::getline(names, name, ',');) {
     const LayerModel* found = nullptr;
     for (const LayerModel& m : kModels)
@@ -832,9 +843,9 @@ int main(int argc, char** argv) {
   bool bad_tokens = std::any_of(token_counts.begin(), token_counts.end(), [](int t) { return t < 1; });
   if (models_bad || models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
     fmt::print(stderr,
-               "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|all (comma-separated)] [--tokens 16,1024,16384] "
+               "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|mixtral-8x7b|all (comma-separated)] [--tokens 16,1024,16384] "
                "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--gather-by cp_async|tma] "
-               "[--fp8-gather auto|quantize|gemm] [--fp8-h gemm1|quantize] [--route-only] [--gemm1-spec FIELDS]\n",
+               "[--fp8-gather auto|quantize|gemm] [--fp8-h gemm1|quantize] [--route-only] [--gemm1-spec FIELDS] [--gemm2-spec FIELDS]\n",
                argv[0]);
     return 2;
   }
@@ -863,7 +874,7 @@ int main(int argc, char** argv) {
     for (int tokens : token_counts) {
       try {
         all_ok &= run_layer(rt, *m, w, weights, gather_by, fp8_options, d_w1, d_w2, d_b1, d_b2, d_bias, tokens, check_tokens, reps,
-                            gemm1_overrides);
+                            overrides);
       } catch (const SpecError& e) {
         fmt::print(stderr, "{} tokens {}: the fused GEMMs are not available in this build: {}\n", m->name, tokens, e.what());
         all_ok = false;

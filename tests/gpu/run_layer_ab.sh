@@ -8,25 +8,30 @@
 #   NEW_TEMPLATES   the change's (default: the binary's own)
 #   or BASE_BUILD   a build folder of the base (its examples/moe_layer), for a change the host takes
 #                   part in (a shared-memory formula: other templates would not compile with this host)
+#   or NEW_ARGS     moe_layer flags of the new side alone, e.g. "--gemm2-spec stages=6": a config
+#                   against the heuristic's, one binary and one template folder
 #   MODELS (default gpt-oss-120b), TOKENS (default 4096,16384), WEIGHTS (default mxfp4), REPS (default 50)
 #   ROUNDS          rounds of base/new/new/base (default 1)
 set -uo pipefail
 OUT=${OUT:-/tmp/moejit-out}
 BUILD=${BUILD:-build}
-[ -n "${BASE_TEMPLATES:-}" ] || [ -n "${BASE_BUILD:-}" ] || { echo "BASE_TEMPLATES or BASE_BUILD needed" >&2; exit 2; }
+[ -n "${BASE_TEMPLATES:-}" ] || [ -n "${BASE_BUILD:-}" ] || [ -n "${NEW_ARGS:-}" ] ||
+  { echo "BASE_TEMPLATES, BASE_BUILD or NEW_ARGS needed" >&2; exit 2; }
 mkdir -p "$OUT"
 status=0
 i=0
 for side in $(for r in $(seq 1 "${ROUNDS:-1}"); do echo base new new base; done); do
   i=$((i + 1))
   templates=()
+  extra=()
+  [ "$side" = new ] && [ -n "${NEW_ARGS:-}" ] && read -r -a extra <<< "$NEW_ARGS"
   bin="$BUILD/examples/moe_layer"
   [ "$side" = base ] && [ -n "${BASE_TEMPLATES:-}" ] && templates=(MOEJIT_TEMPLATE_DIR="$BASE_TEMPLATES")
   [ "$side" = base ] && [ -n "${BASE_BUILD:-}" ] && bin="$BASE_BUILD/examples/moe_layer"
   [ "$side" = new ] && [ -n "${NEW_TEMPLATES:-}" ] && templates=(MOEJIT_TEMPLATE_DIR="$NEW_TEMPLATES")
   # Separate caches: the two sides' kernels share specs but not sources.
   env "${templates[@]}" MOEJIT_CACHE_DIR=/tmp/moejit-cache-layer-$side "$bin" \
-    --model "${MODELS:-gpt-oss-120b}" --weights "${WEIGHTS:-mxfp4}" --tokens "${TOKENS:-4096,16384}" --reps "${REPS:-50}" \
+    --model "${MODELS:-gpt-oss-120b}" --weights "${WEIGHTS:-mxfp4}" --tokens "${TOKENS:-4096,16384}" --reps "${REPS:-50}" "${extra[@]}" \
     > "$OUT/layer_ab_${i}_${side}.csv" 2> "$OUT/layer_ab_${i}_${side}.txt" || status=1
   grep -E "matches|DOES NOT" "$OUT/layer_ab_${i}_${side}.txt" | sed "s/^/$side $i: /"
 done
