@@ -3,7 +3,7 @@ torch._grouped_mm, timed on the GPU machine. The fused moejit layer has to beat 
 
 Layer, as the models define it (BF16 weights, FP32 routing math):
   route    router logits -> top-k experts and routing weights per token
-             gpt-oss-120b:  top-k of the logits, softmax over the k chosen
+             gpt-oss-120b, mixtral-8x7b: top-k of the logits, softmax over the k chosen
              qwen3-30b-a3b: softmax over all experts, top-k, renormalized
              deepseek-v3:   sigmoid scores; top-k of score + correction bias among the 4 of 8
                             expert groups with the best sum of their two best; weights = the chosen
@@ -32,6 +32,7 @@ MODELS = {  # name: (experts, topk, hidden, intermediate, routing, interleaved_o
     "gpt-oss-120b": (128, 4, 2880, 2880, "topk_softmax", True, True),
     "deepseek-v3": (256, 8, 7168, 2048, "sigmoid_group_topk", False, False),
     "qwen3-30b-a3b": (128, 8, 2048, 768, "softmax_topk", False, False),
+    "mixtral-8x7b": (8, 2, 4096, 14336, "topk_softmax", False, False),
 }
 
 
