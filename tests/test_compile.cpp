@@ -587,7 +587,7 @@ TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[
                  Case{256, 128, 4096, 7168, false},   // DeepSeek-V3 up 4096 (memory-bound)
                  Case{8, 1024, 28672, 4096, true},    // Mixtral up 4096 (3475 k-blocks per SM; v31: -4%)
                  Case{8, 1024, 4096, 14336, false},   // Mixtral down 4096 (1738 per SM; v31: +1.4%)
-                 Case{128, 512, 2880, 2880, false},   // gpt-oss down 16384 (2095 per SM; v31: within the spread)
+                 Case{128, 512, 2880, 2880, true},    // gpt-oss down 16384 (2095 per SM; v37: -6 to -7%)
                  Case{128, 1024, 2048, 768, false}}) {  // Qwen3 down 16384 (short K)
     std::vector<int> sizes(c.groups, c.rows);
     GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k,

@@ -402,17 +402,20 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   // DeepSeek-V3 16384 up), but 1-20% slower with short K (Qwen3, K = 768/2048) or short launches
   // (4096 tokens), where the pair's per-tile handshake is not amortized, and in memory-bound
   // launches (DeepSeek-V3 4096: 128 rows per expert). Hence: K >= 2048, >= 256 rows per group
-  // and at least 3000 k-blocks of 128x256 tiles per SM. (K >= 4096 until v6: DeepSeek-V3 down
+  // and at least 2000 k-blocks of 128x256 tiles per SM. (K >= 4096 until v6: DeepSeek-V3 down
   // 16384, K = 2048, measured 602 vs 590 TFLOP/s with pairs in v6 and 582 vs 576 in v4; Qwen3's
   // K = 2048 launches, where pairs lost 6%, stay under the k-block bound. 5000 until v31: in turns,
   // Mixtral up 4096 (3475 per SM) took 0.954-0.960x the time on pairs in 4 of 5 processes and 1.008x
-  // in one (v11: -3.8% in 5 runs), while Mixtral down 4096 (1738) took 1.014x and gpt-oss down
-  // 16384 (2095) 0.975-1.028x: docs/results/2026-11-26-v31-bf16-pairs-turns.txt.)
+  // in one (v11: -3.8% in 5 runs), while Mixtral down 4096 (1738) took 1.014x: docs/results/
+  // 2026-11-26-v31-bf16-pairs-turns.txt. 3000 until v37: once the pairs' tile start got cheaper
+  // (v35), gpt-oss down 16384 (2095 per SM) took 0.928-0.942x the time on pairs in turns in 4 of 4
+  // processes, and the layer's fused GEMM2 of the same shape 0.981x: docs/results/
+  // 2026-11-27-v37-bf16-pairs-2000.txt.)
   // Gathered A rows are not multicast: fuse=gather keeps single CTAs.
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 2048 && mean_rows >= 256 &&
       !problem.fusion.gather_a) {
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
-    if (tiles * k_blocks >= 3000LL * std::max(sm_count, 1)) spec.cluster_n = kHopperLargePair.cluster_n;
+    if (tiles * k_blocks >= 2000LL * std::max(sm_count, 1)) spec.cluster_n = kHopperLargePair.cluster_n;
   }
   spec = with_split_tail(spec, problem, tiles, sm_count);
   spec.validate();
