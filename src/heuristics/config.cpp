@@ -411,11 +411,20 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   // (v35), gpt-oss down 16384 (2095 per SM) took 0.928-0.942x the time on pairs in turns in 4 of 4
   // processes, and the layer's fused GEMM2 of the same shape 0.981x: docs/results/
   // 2026-11-27-v37-bf16-pairs-2000.txt.)
+  // Where N is not a whole number of 256-wide tiles (gpt-oss: 2880, 5760), the pair shares B
+  // instead (cluster=2x1: M tiles 2i, 2i + 1). In turns on the H100 (v37), against sharing A: gpt-oss
+  // up / down 16384 0.965-0.967 / 0.983-0.990x the time, N = 5760 at K = 4096 0.967-0.985x, and the
+  // layer's fused GEMM2 (N = 2880) 0.938x. Where N is whole, B sharing measured 0.98-1.01x (Mixtral up
+  // 1.011x, its layer's GEMM2 1.009x), so those keep A shared. (v6's "2x1 never better" was on whole N
+  // and the static scheduler.) docs/results/2026-11-27-v37-bf16-pairs-2x1.txt.
   // Gathered A rows are not multicast: fuse=gather keeps single CTAs.
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 2048 && mean_rows >= 256 &&
       !problem.fusion.gather_a) {
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
-    if (tiles * k_blocks >= 2000LL * std::max(sm_count, 1)) spec.cluster_n = kHopperLargePair.cluster_n;
+    if (tiles * k_blocks >= 2000LL * std::max(sm_count, 1)) {
+      if (problem.n % spec.tile.n != 0) spec.cluster_m = 2;
+      else spec.cluster_n = kHopperLargePair.cluster_n;
+    }
   }
   spec = with_split_tail(spec, problem, tiles, sm_count);
   spec.validate();
