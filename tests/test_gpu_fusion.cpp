@@ -7,7 +7,10 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "fusion_checks.hpp"
 #include "fusion_problem.hpp"
@@ -82,12 +85,9 @@ std::vector<std::string> tile_texts(KernelFamily family) {
   else
     all = {"tile=128x128x32,stages=4,warps=2x4,sched=dynamic", "tile=64x128x32,stages=4,warps=2x4,sched=static",
            "tile=64x64x64,stages=3,warps=2x2,sched=dynamic"};
-  const char* only = std::getenv("MOEJIT_TEST_TILE");
-  if (!only) return all;
-  std::vector<std::string> out;
-  for (const std::string& t : all)
-    if (t.find(only) != std::string::npos) out.push_back(t);
-  return out;
+  if (const char* only = std::getenv("MOEJIT_TEST_TILE"))
+    std::erase_if(all, [&](const std::string& t) { return t.find(only) == std::string::npos; });
+  return all;
 }
 
 std::vector<KernelSpec> fused_specs() {

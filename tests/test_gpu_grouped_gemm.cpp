@@ -27,10 +27,9 @@ double error_bound(DType c) { return c == DType::f32 ? 1e-5 : c == DType::f16 ? 
 
 // CTA pairs along M sharing B (cluster=2x1): the heuristic picks them for long launches whose N
 // is not a whole number of 256-wide tiles (v37), but they are not among family_candidates; a
-// handful of variants (both layouts and
-// schedulers, each C type, two B-half box sizes) run through every test case below, whose group
-// sizes give odd M-tile counts (the last M tile split along N between the ranks), empty groups and
-// masked slabs.
+// handful of variants (both layouts and schedulers, each C type, two B-half box sizes) run through
+// every test case below, whose group sizes give odd M-tile counts (the last M tile split along N
+// between the ranks), empty groups and masked slabs.
 std::vector<KernelSpec> pair_m_specs() {
   const Arch arch = runtime().arch();
   if (!(arch.sm() == 90 && arch.arch_specific)) return {};
