@@ -148,12 +148,16 @@ std::vector<KernelSpec> fused_variants() {
            "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu_oai",
            "family=hopper,layout=masked,a=f16,b=f16,c=f16,tile=64x256x64,stages=5,fuse=gather+bias,act=swiglu,glu=split",
            "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,fuse=scatter+weight+bias",
+           // gather on 2x1 pairs (B shared; the heuristic's long GEMM1), split-GLU B halves from the ranks
+           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,fuse=gather+bias,act=swiglu_oai",
+           "family=hopper,layout=masked,tile=128x256x64,stages=4,cluster=2x1,sched=static,fuse=gather,act=swiglu,glu=split",
            "family=hopper,c=f32,tile=128x128x64,stages=6,fuse=gather+scatter+weight+atomic,act=swiglu_oai,glu=split",
            "family=hopper,tile=64x128x64,stages=6,layout=masked,act=gelu",
            "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=weight,act=silu",
            // gather by one TMA copy per row
            "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu_oai,gather_by=tma",
            "family=hopper,layout=masked,tile=64x256x64,stages=5,fuse=gather,act=silu,gather_by=tma",
+           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,fuse=gather,act=silu,gather_by=tma",
        }) {
     KernelSpec s = KernelSpec::parse(text);
     s.validate();

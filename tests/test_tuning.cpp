@@ -150,20 +150,23 @@ TEST_CASE("shape buckets with fusions: own bucket, text round trip", "[tuning][f
     CHECK_FALSE(ShapeBucket::parse(plain.to_text() + tail));
 }
 
-TEST_CASE("heuristic and tuner keep the fusions; gather avoids CTA pairs", "[tuning][fusion]") {
+TEST_CASE("heuristic and tuner keep the fusions; gathered pairs share B", "[tuning][fusion]") {
   std::vector<int> group_rows(8, 4096);  // long compute-bound launch: the heuristic takes CTA pairs
   GemmProblem problem{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 28672, 4096, 8 * 4096, group_rows};
   CHECK(choose_spec(problem, kHopper, 132).cluster_n == 2);
   problem.fusion = KernelSpec::parse("fuse=gather+bias,act=swiglu").fusion;
   KernelSpec s = choose_spec(problem, kHopper, 132);
   CHECK(s.fusion == problem.fusion);
-  CHECK(s.cluster_n == 1);
+  CHECK(s.cluster_n == 1);  // gathered A is not multicast: the pair shares B
+  CHECK(s.cluster_m == 2);
+  bool tuner_pairs = false;
   for (auto& c : tuning_candidates(problem, kHopper, 132)) {
     CHECK(c.fusion == problem.fusion);  // gather_by=tma stays opt-in (slower, docs/perf.md v7)
     CHECK(c.cluster_n == 1);
-    CHECK(c.cluster_m == 1);
+    tuner_pairs = tuner_pairs || c.cluster_m == 2;
     CHECK_NOTHROW(c.validate());
   }
+  CHECK(tuner_pairs);
   problem.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
   CHECK(choose_spec(problem, kHopper, 132).cluster_n == 2);  // only gather rules pairs out
   CHECK(choose_spec(problem, kAmpere, 108).fusion == problem.fusion);
@@ -208,9 +211,9 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group, 
   for (int g = 0; g < 4; ++g) sparse[g * 64] = 1024;  // (the mean over active experts: 1024)
   GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 4096, 7168, 4096, sparse};
   CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
-  // fuse=gather: rejected by the spec, so no 2x1 candidate; other fusions keep them.
+  // Fusions keep them, fuse=gather too (each CTA of the pair gathers its own rows).
   p.fusion = KernelSpec::parse("fuse=gather+bias,act=swiglu").fusion;
-  CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 0);
+  CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
   p.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
   CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
 }

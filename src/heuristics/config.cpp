@@ -417,12 +417,13 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   // layer's fused GEMM2 (N = 2880) 0.938x. Where N is whole, B sharing measured 0.98-1.01x (Mixtral up
   // 1.011x, its layer's GEMM2 1.009x), so those keep A shared. (v6's "2x1 never better" was on whole N
   // and the static scheduler.) docs/results/2026-11-27-v37-bf16-pairs-2x1.txt.
-  // Gathered A rows are not multicast: fuse=gather keeps single CTAs.
-  if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 2048 && mean_rows >= 256 &&
-      !problem.fusion.gather_a) {
+  // Gathered A rows are not multicast, so fuse=gather pairs share B wherever a pair is earned
+  // (v38, the layers' fused GEMM1 in turns against single CTAs: Mixtral 16384 0.949x, gpt-oss
+  // 16384 0.978x; docs/results/2026-11-27-v38-gather-pairs.txt).
+  if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 2048 && mean_rows >= 256) {
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
     if (tiles * k_blocks >= 2000LL * std::max(sm_count, 1)) {
-      if (problem.n % spec.tile.n != 0) spec.cluster_m = 2;
+      if (problem.n % spec.tile.n != 0 || problem.fusion.gather_a) spec.cluster_m = 2;
       else spec.cluster_n = kHopperLargePair.cluster_n;
     }
   }

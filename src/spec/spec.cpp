@@ -393,8 +393,9 @@ void KernelSpec::validate() const {
            moejit::to_text(b));
     if (fusion.atomic && !fusion.scatter_c) fail("fuse=atomic needs fuse=scatter (atomics accumulate scattered rows)");
     if (fusion.atomic && c != DType::f32) fail("fuse=atomic with c={} (atomic accumulation needs c=f32)", moejit::to_text(c));
-    if (fusion.gather_a && family == KernelFamily::hopper && (cluster_m != 1 || cluster_n != 1))
-      fail("fuse=gather with cluster={}x{} (gathered A rows are not multicast: use cluster=1x1)", cluster_m, cluster_n);
+    // A 2x1 pair shares B and each CTA gathers its own rows; a 1x2 pair would multicast A.
+    if (fusion.gather_a && family == KernelFamily::hopper && cluster_n != 1)
+      fail("fuse=gather with cluster={}x{} (gathered A rows are not multicast: use cluster=1x1 or 2x1)", cluster_m, cluster_n);
   }
   if (fusion.gather_by != GatherLoad::cp_async && !(fusion.gather_a && family == KernelFamily::hopper))
     fail("gather_by={} with fuse={} on family={} (gather_by chooses how the Hopper family loads gathered rows: "

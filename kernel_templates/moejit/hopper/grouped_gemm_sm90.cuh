@@ -71,7 +71,8 @@ __host__ __device__ constexpr int smem_bytes() {
 // stages on and stores nothing). Barriers and the tile ring work as for 1x2.
 //
 // Fuse (common/fusion.cuh) and f (null without fusions): the fusions (docs/design.md, "Fusions"). fuse=gather: the whole
-// producer warpgroup copies A row by row with cp.async into the swizzled stage (tma_a is unused);
+// producer warpgroup copies A row by row with cp.async into the swizzled stage (tma_a is unused;
+// on 2x1 pairs each CTA gathers its own rows and B is shared as above; 1x2 would multicast A: none);
 // fuse=bias: the accumulators start at the bias; glu=split: B comes in two boxes per consumer slice (gate rows,
 // up rows; tma_b has kWgN/2-row boxes); the epilogue runs in fused_epilogue.cuh.
 //
@@ -93,7 +94,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32, "C must be bf16, f16 or f32");
   static_assert((kClusterM == 1 && kClusterN == 1) || (kClusterM * kClusterN == 2 && kBlockM == 128),
                 "clusters: 1x1, or 1x2 / 2x1 with 128-row tiles");
-  static_assert(!(Fuse::gather && kClusterM * kClusterN != 1), "gathered A rows are not multicast: fuse=gather needs cluster 1x1");
+  static_assert(!(Fuse::gather && kClusterN != 1), "gathered A rows are not multicast: fuse=gather pairs share B (2x1) or none");
   static_assert(!kSplitTail || (!Fuse::any && kClusterM * kClusterN == 1),
                 "split=tail: unfused single-CTA kernels only (a bias would be added once per piece)");
 
@@ -154,8 +155,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     for (int r = 0; r < kTileRing; ++r) {
       mbarrier_init(tile_full_bars + 8 * r, 1);
       // Paired: rank 0's slots are read by both CTAs' consumer warps and rank 1's producer.
-      // fuse=gather (never paired): also by producer warps 1-3, which gather rows of A.
-      mbarrier_init(tile_empty_bars + 8 * r, kPaired ? 2 * kConsumerWarps + 1 : kConsumerWarps + (Fuse::gather ? 3 : 0));
+      // fuse=gather: also by producer warps 1-3 (of both CTAs, paired), which gather rows of A.
+      constexpr int kGatherReaders = Fuse::gather ? 3 : 0;
+      mbarrier_init(tile_empty_bars + 8 * r,
+                    kPaired ? 2 * (kConsumerWarps + kGatherReaders) + 1 : kConsumerWarps + kGatherReaders);
     }
     mbarrier_init_fence();
   }
@@ -190,12 +193,18 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           const unsigned slot_full = tile_full_bars + 8 * ring_slot, slot_empty = tile_empty_bars + 8 * ring_slot;
           if constexpr (Fuse::gather) tile_index = 0;
           if (!producer_leader) {
-            // fuse=gather (no pairs): lane 0 of warps 1-3 reads the ring like a consumer warp;
-            // every lane takes its warp's lane 0's tile number below.
+            // fuse=gather: lane 0 of warps 1-3 reads the ring like a consumer warp (paired: releasing
+            // rank 0's slot); every lane takes its warp's lane 0's tile number below.
             if (threadIdx.x % 32 == 0) {
-              mbarrier_wait(slot_full, ring_phase);
-              tile_index = tile_ring[ring_slot];
-              mbarrier_arrive(slot_empty);
+              if constexpr (kPaired) {
+                mbarrier_wait_cluster(slot_full, ring_phase);
+                tile_index = tile_ring[ring_slot];
+                mbarrier_arrive_remote_after_read(cluster_map(slot_empty, 0), tile_index);
+              } else {
+                mbarrier_wait(slot_full, ring_phase);
+                tile_index = tile_ring[ring_slot];
+                mbarrier_arrive(slot_empty);
+              }
             }
           } else if (rank == 0) {
             tile_index = fetch_next_tile(p.tile_counter);
@@ -243,6 +252,22 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         const bool a_upper = kBlockM == 128 && tile.m_block * kBlockM + 64 < tile.group_rows;
         const unsigned tx_bytes = kPairM ? (has_a ? (a_upper ? kABytes : kAHalfBytes) : 0u) + kBBytes
                                          : (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
+        // 2x1: this unit's B tile into the stage. Rank r loads half r into both CTAs (both CTAs'
+        // consumers freed the slot), or, for a group's odd last M tile, both halves into its own.
+        // This CTA's full barrier expects the whole tile: the peer's half may land before this
+        // CTA's arrive.expect_tx (the phase cannot complete before that arrival).
+        auto load_b_pair = [&](unsigned b_stage, unsigned full, int k) {
+          auto b_half_row = [&](int half) {
+            return Fuse::glu_split ? tile.group * p.n + split_glu_box_row(p.n, n_block, kBlockN, kWgN, 0, half)
+                                   : b_row + half * (kBlockN / 2);
+          };
+          if (multicast_b) {
+            tma_load_2d_multicast(b_stage + rank * kBHalfBytes, tma_b, full, k, b_half_row((int)rank), 3);
+          } else {
+            tma_load_2d(b_stage, tma_b, full, k, b_half_row(0));
+            tma_load_2d(b_stage + kBHalfBytes, tma_b, full, k, b_half_row(1));
+          }
+        };
         if constexpr (Fuse::gather) {
           // fuse=gather: the producer warpgroup copies A row by row (hopper/gather.cuh), B by TMA as
           // usual. By cp.async, the full barrier counts thread 0's arrive.expect_tx (B's bytes) and
@@ -263,8 +288,11 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
             mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
             if (producer_leader) {
               mbarrier_arrive_expect_tx(full, kBBytes + (Fuse::gather_tma ? tma_rows.tx_bytes(rows_valid) : 0u));
-              load_b_tile<kBlockN, kWgN, Fuse::glu_split>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK,
-                                                          tile.group, n_block, p.n);
+              if constexpr (kPairM)
+                load_b_pair(b_stages + stage * kBBytes, full, kb * kBlockK);
+              else
+                load_b_tile<kBlockN, kWgN, Fuse::glu_split>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK,
+                                                            tile.group, n_block, p.n);
             }
             if constexpr (Fuse::gather_tma) {
               tma_rows.copy_k_block(a_stages + stage * kABytes, tma_a, full, kb * kBlockK, (int)threadIdx.x);
@@ -280,27 +308,14 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           const unsigned full = full_bars + 8 * stage;
           const unsigned a_stage = a_stages + stage * kABytes;
           if constexpr (kPairM) {
-            // Rank r loads its own A and B half r into both CTAs (both CTAs' consumers freed the
-            // slot). This CTA's full barrier expects its A and the whole B tile: half of B is
-            // multicast by the peer, whose bytes may land before this arrive.expect_tx (the
-            // barrier's phase cannot complete before this thread's arrival).
+            // Rank r loads its own A, and B by load_b_pair.
             mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
             mbarrier_arrive_expect_tx(full, tx_bytes);
             if (has_a) {
               tma_load_2d(a_stage, tma_a, full, kb * kBlockK, a_row);
               if (a_upper) tma_load_2d(a_stage + kAHalfBytes, tma_a, full, kb * kBlockK, a_row + 64);
             }
-            auto b_half_row = [&](int half) {
-              return Fuse::glu_split ? tile.group * p.n + split_glu_box_row(p.n, n_block, kBlockN, kWgN, 0, half)
-                                     : b_row + half * (kBlockN / 2);
-            };
-            if (multicast_b) {
-              tma_load_2d_multicast(b_stages + stage * kBBytes + rank * kBHalfBytes, tma_b, full, kb * kBlockK,
-                                    b_half_row((int)rank), 3);
-            } else {  // a group's odd last M tile: both halves of this CTA's own B
-              tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK, b_half_row(0));
-              tma_load_2d(b_stages + stage * kBBytes + kBHalfBytes, tma_b, full, kb * kBlockK, b_half_row(1));
-            }
+            load_b_pair(b_stages + stage * kBBytes, full, kb * kBlockK);
             if (++stage == kStages) stage = 0, phase ^= 1;
             continue;
           } else if constexpr (kPairN) {
