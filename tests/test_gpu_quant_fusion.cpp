@@ -83,10 +83,12 @@ std::vector<Family> families() {
   if (arch.sm() == 90 && arch.arch_specific)
     // 4-bit (tokens x 128 x 64; 128 and 256 tokens store C through shared memory) and FP8
     // (128x128x128, 64x256x128, 128x192x128, 128x256x128; C staged for TMA stores on all but
-    // 64x256 s5 and 128x192 s5, the register-store ones) tiles; each format takes its own.
+    // 64x256 s5 and 128x192 s5, the register-store ones) tiles; each format takes its own. FP8 CTA
+    // pairs sharing B (2x1, static; fused since v38, each CTA gathering its own rows).
     for (const char* t : {"tile=64x128x64,stages=8", "tile=128x128x64,stages=8", "tile=256x128x64,stages=4", "tile=32x128x64,stages=8",
                           "tile=16x128x64,stages=8", "tile=48x128x64,stages=8", "tile=128x128x128,stages=6", "tile=64x256x128,stages=4", "tile=64x256x128,stages=5",
-                          "tile=128x192x128,stages=4", "tile=128x192x128,stages=5", "tile=128x256x128,stages=4"})
+                          "tile=128x192x128,stages=4", "tile=128x192x128,stages=5", "tile=128x256x128,stages=4",
+                          "tile=128x256x128,stages=4,cluster=2x1,sched=static", "tile=128x192x128,stages=4,cluster=2x1,sched=static"})
       out.push_back({KernelFamily::hopper, t});
   return out;
 }
@@ -282,7 +284,10 @@ TEST_CASE("quant fusion: FP8 C quantized to E4M3 (c=e4m3), Hopper", "[gpu][fusio
           "tile=64x256x128,stages=4,sched=dynamic,fuse=none,act=gelu",
           // paired 64-column halves of one block (the decode GEMM1's tile)
           "tile=64x256x128,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu,glu=split",
-          "tile=64x256x128,stages=4,sched=static,fuse=weight,act=swiglu_oai,glu=interleaved"}) {
+          "tile=64x256x128,stages=4,sched=static,fuse=weight,act=swiglu_oai,glu=interleaved",
+          // CTA pairs sharing B (v38: a long FP8 layer's GEMM1, DeepSeek-V3 at 16384 tokens)
+          "tile=128x256x128,stages=4,cluster=2x1,sched=static,fuse=gather+bias,act=swiglu,glu=split",
+          "tile=128x256x128,stages=4,cluster=2x1,sched=static,fuse=none,act=swiglu,glu=split"}) {
       KernelSpec s = KernelSpec::parse(fmt::format("family=hopper,arch={},layout={},a=e4m3,b=e4m3,c=e4m3,{}", arch.to_text(), layout, variant));
       s.validate();
       specs.push_back(s);

@@ -243,11 +243,14 @@ TEST_CASE("hopper CTA pairs: 1x2 (A shared) and 2x1 (B shared) with 128-row tile
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=2x2", {"cluster=2x2"});
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=4x1", {"cluster=4x1"});
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=0x2", {"cluster=0x2"});
-  // FP8 (v30): 2x1 on the static scheduler, unfused; not 1x2, not dynamic, not fused.
+  // FP8 (v30): 2x1 on the static scheduler (fused and c=e4m3 too since v38); not 1x2, not dynamic.
   CHECK_NOTHROW(KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1").validate());
+  CHECK_NOTHROW(KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4,cluster=2x1,"
+                                  "fuse=gather+bias,act=swiglu,glu=split").validate());
   require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=1x2", {"cluster=1x2", "2x1"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=2x1,sched=dynamic", {"cluster=2x1", "sched=static"});
-  require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=2x1,fuse=bias", {"cluster=2x1", "fuse=none"});
+  require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1,sched=dynamic,fuse=gather",
+                   {"cluster=2x1", "sched=static"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=64x256x128,stages=4,cluster=2x1", {"cluster=2x1", "128-row tiles"});
   require_rejected("family=portable,arch=sm_90a,tile=128x128x32,cluster=2x1", {"cluster=2x1"});
 }

@@ -357,11 +357,21 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
       }
     CHECK(pairs == 2);
   }
-  {  // pairs are unfused and write 16- or 32-bit C
+  {  // fused or E4M3-writing launches pair from 512 rows per expert (v38: the FP8 layer's GEMM1), never gathered
     std::vector<int> rows(256, 512);
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 256, 4096, 7168, 256 * 512LL, rows};
-    p.fusion.activation = Activation::silu;
+    p.fusion = KernelSpec::parse("act=swiglu,glu=split").fusion;
+    p.c_type = DType::e4m3;
+    KernelSpec s = choose_spec(p, kHopper, 132);
+    CHECK(s.cluster_m == 2);
+    CHECK(s.scheduler == Scheduler::static_persistent);
+    CHECK_NOTHROW(s.validate());
+    p.fusion = KernelSpec::parse("fuse=gather+bias,act=swiglu,glu=split").fusion;
     CHECK(choose_spec(p, kHopper, 132).cluster_m == 1);
+    std::vector<int> fewer(256, 128);  // 4096 tokens: not timed fused
+    GemmProblem q{GroupLayout::contiguous, DType::e4m3, DType::bf16, 256, 4096, 7168, 256 * 128LL, fewer};
+    q.fusion = KernelSpec::parse("act=silu").fusion;
+    CHECK(choose_spec(q, kHopper, 132).cluster_m == 1);
   }
   CHECK(fp8_tile(256, 512, 7168, 2048) == "128x256 s4 static");   // DeepSeek-V3 down: 512 rows, K <= 3072 (v24)
   CHECK(fp8_tile(256, 128, 7168, 2048) == "128x256 s4 dynamic");  // DeepSeek-V3 down, 4096 tokens: 128 rows

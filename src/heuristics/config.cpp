@@ -355,7 +355,13 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     if (mean_rows >= kFp8StaticMinRows && problem.k <= kFp8StaticMaxK) spec.scheduler = Scheduler::static_persistent;
     if (fp8_large_groups(problem.k, rows, active) && spec.tile == kFp8Full.tile) spec.scheduler = Scheduler::static_persistent;
     const bool pairable = !spec.fusion.any() && spec.c != DType::e4m3 && spec.b_scales == ScaleB::blocks;
-    if (spec.tile == kFp8Full.tile && spec.scheduler == Scheduler::dynamic && problem.k >= kFp8PairMinK && pairable) {
+    // Fused or E4M3-writing launches pair under the first rule from kFp8StaticMinRows rows per expert
+    // (v38: the FP8 DeepSeek-V3 layer's GEMM1 at 16384 tokens, c=e4m3 with a split SwiGLU, 0.95x the
+    // time on 2x1 static, docs/results/2026-11-27-v38-fp8-pairs-fused.txt; fewer rows not timed).
+    // Not gathered ones (a gathering FP8 pair passes the GPU tests but was not timed).
+    const bool pairable_fused = spec.b_scales == ScaleB::blocks && !spec.fusion.gather_a && mean_rows >= kFp8StaticMinRows;
+    if (spec.tile == kFp8Full.tile && spec.scheduler == Scheduler::dynamic && problem.k >= kFp8PairMinK &&
+        (pairable || pairable_fused)) {
       spec.cluster_m = 2;
       spec.scheduler = Scheduler::static_persistent;
     }

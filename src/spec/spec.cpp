@@ -449,9 +449,10 @@ void KernelSpec::validate() const {
     if (!fp8_tile_ok)
       fail("tile {}x{}x{} (FP8 allows: 128x128x128|128x192x128|128x256x128|64x256x128; K = one 128-wide scale block)",
            tile.m, tile.n, tile.k);
-    // CTA pairs sharing B (2x1, kernel_templates/moejit/hopper_fp8/: the static scheduler, unfused).
-    if (cluster_n != 1 || (cluster_m == 2 && (scheduler != Scheduler::static_persistent || fusion.any() || c == DType::e4m3)))
-      fail("cluster={}x{} (FP8: 1x1, or 2x1 with sched=static, fuse=none and c=bf16|f16|f32)", cluster_m, cluster_n);
+    // CTA pairs sharing B (2x1, kernel_templates/moejit/hopper_fp8/: the static scheduler; fused
+    // and c=e4m3 since v38, a gathering pair's CTAs each copying their own rows).
+    if (cluster_n != 1 || (cluster_m == 2 && scheduler != Scheduler::static_persistent))
+      fail("cluster={}x{} (FP8: 1x1, or 2x1 with sched=static)", cluster_m, cluster_n);
   } else if (is_weight_only_4bit()) {
     // 4-bit weight-only kernel (kernel_templates/moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh):
     // tile M = tokens per tile (the wgmma's N), N = weight rows (128, or 256 with 64 tokens: with

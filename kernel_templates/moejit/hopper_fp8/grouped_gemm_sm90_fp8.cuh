@@ -203,9 +203,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32 || kTypeC == kE4M3, "C must be bf16, f16, f32 or e4m3");
   static_assert(kTypeC != kE4M3 || (!Fuse::scatter && !kSplitTail), "c=e4m3: written in routed order, whole tiles");
   static_assert(!kSplitTail || !Fuse::any, "split=tail: unfused kernels only (a bias would be added once per piece)");
-  static_assert(kClusterM == 1 || (kClusterM == 2 && kBlockM == 128 && kScheduler == kSchedulerStatic && !kSplitTail &&
-                                   !Fuse::any && kTypeC != kE4M3),
-                "FP8 CTA pairs (cluster=2x1): 128-row tiles, static scheduler, unfused, whole tiles");
+  static_assert(kClusterM == 1 || (kClusterM == 2 && kBlockM == 128 && kScheduler == kSchedulerStatic && !kSplitTail),
+                "FP8 CTA pairs (cluster=2x1): 128-row tiles, static scheduler, whole tiles");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // 128
@@ -324,6 +323,21 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // scheduler: tuning.cpp). setmaxnreg only moves the launch's 168 x 384 registers between the
   // roles: asking for more (32 + 240) left the consumers waiting in setmaxnreg.inc for ever (H100,
   // 2026-11-26).
+  // Paired: a unit's B tile. Half `rank` multicast into both CTAs (the peer's half may land before
+  // this CTA's expect_tx), or, for the odd last M tile's units, both halves into this CTA's own stage
+  // (the B map's box is a half: kBlockN / 2 rows; split GLU: the gate box, then the up box).
+  auto load_b_pair = [&](unsigned b_stage, unsigned full, int k, const TileCoord& t, int b_row, bool multicast) {
+    auto half_row = [&](int half) {
+      return Fuse::glu_split ? t.group * p.n + split_glu_box_row(p.n, t.n_block, kBlockN, kWgN, 0, half)
+                             : b_row + half * (kBlockN / 2);
+    };
+    if (multicast) {
+      tma_load_2d_multicast(b_stage + rank * kBHalfBytes, tma_b, full, k, half_row((int)rank), 3);
+    } else {
+      tma_load_2d(b_stage, tma_b, full, k, half_row(0));
+      tma_load_2d(b_stage + kBHalfBytes, tma_b, full, k, half_row(1));
+    }
+  };
   constexpr int kProducerRegs = Fuse::gather && kDynamic ? 56 : 40;
   constexpr int kConsumerRegs = Fuse::gather && kDynamic ? 216 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "setmaxnreg: more than the launch's 168 x 384 registers");
@@ -341,11 +355,14 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
-        const int tile_index = kDynamic ? ring.publish_or_take(p.tile_counter) : (int)(blockIdx.x + tile_iter * gridDim.x);
+        const int tile_index = kDynamic ? ring.publish_or_take(p.tile_counter) : cluster_id + tile_iter * clusters;
         if (!cursor.seek_warp(p, tile_index, tile)) {
           if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
           break;
         }
+        // Paired: this rank's tile of the unit (a rank without one gathers no rows: rows_left <= 0).
+        bool multicast_b = false;
+        if constexpr (kPairM) multicast_b = pair_unit_tile<kBlockM>(tile, (int)rank, n_tiles);
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + tile.n_block * kBlockN;
         const int rows_left = tile.group_rows - tile.m_block * kBlockM;
@@ -362,7 +379,9 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           const unsigned full = full_bars + 8 * stage;
           if (threadIdx.x == 0) {
             mbarrier_arrive_expect_tx(full, kBBytes);
-            if constexpr (Fuse::glu_split)
+            if constexpr (kPairM)
+              load_b_pair(b_stages + stage * kBBytes, full, kb * kFp8BlockK, tile, b_row, multicast_b);
+            else if constexpr (Fuse::glu_split)
               load_b_tile<kBlockN, kWgN, true>(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, tile.group,
                                                tile.n_block, p.n);
             else
@@ -415,18 +434,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
             // group's (finite; their accumulator rows are never stored), past the array zeros.
             tma_load_2d(scale_stages + stage * kScaleStageBytes, tma_s, full, 0, (kb * p.total_rows + a_row) >> 2);
             tma_load_2d(a_stages + stage * kABytes, tma_a, full, kb * kFp8BlockK, a_row);
-            if constexpr (Fuse::glu_split)
+            if constexpr (kPairM)
+              load_b_pair(b_stages + stage * kBBytes, full, kb * kFp8BlockK, tile, b_row, multicast_b);
+            else if constexpr (Fuse::glu_split)
               load_b_tile<kBlockN, kWgN, true>(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, tile.group,
                                                tile.n_block, p.n);
-            else if constexpr (kPairM) {
-              if (multicast_b) {  // B half `rank` into both CTAs; the peer's half may land before the expect_tx above
-                tma_load_2d_multicast(b_stages + stage * kBBytes + rank * kBHalfBytes, tma_b, full, kb * kFp8BlockK,
-                                      b_row + (int)rank * (kBlockN / 2), 3);
-              } else {  // the odd last M tile's units: both halves of this CTA's own B (the map's box is a half)
-                tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
-                tma_load_2d(b_stages + stage * kBBytes + kBHalfBytes, tma_b, full, kb * kFp8BlockK, b_row + kBlockN / 2);
-              }
-            }
             else
               tma_load_2d(b_stages + stage * kBBytes, tma_b, full, kb * kFp8BlockK, b_row);
           }
