@@ -236,7 +236,9 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // GroupTileCursor's kPairs units, pair_unit_tile): each rank loads its own A and both halves of
   // its own B, and the stages are still freed by both, so that the ranks stay in lockstep. (Before,
   // rank 1 idled through that tile: ~9% of the tile slots at 1024 +- 31 rows per expert.) Static
-  // scheduler only: both ranks walk the same units, cluster c taking c, c + clusters, ...
+  // scheduler only: both ranks walk the same units, cluster c taking c, c + clusters, ... Fused
+  // and c=e4m3 too (v38): the epilogue is each CTA's own, and a gathering pair's CTAs each copy
+  // their own rows and A scales (the gathering producer walks the same units).
   constexpr bool kPairM = kClusterM == 2;
   constexpr unsigned kBHalfBytes = kBBytes / 2;
   const unsigned rank = kPairM ? cluster_ctarank() : 0u;
