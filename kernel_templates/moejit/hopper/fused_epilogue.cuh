@@ -13,6 +13,7 @@
 #include "moejit/common/fusion.cuh"
 #include "moejit/common/e4m3.cuh"
 #include "moejit/hopper/tma.cuh"
+#include "moejit/hopper/cluster.cuh"
 #include "moejit/hopper/epilogue.cuh"
 #include "moejit/hopper/smem.cuh"
 #include "moejit/hopper/warpgroup.cuh"
@@ -38,6 +39,27 @@ __device__ __forceinline__ void load_b_tile(unsigned dst, const TmaDescriptor& m
       tma_load_2d(dst + s * kWgN * 128 + kHalf * 128, map, bar, k,
                   group * n + split_glu_box_row(n, n_block, kBlockN, kWgN, s, 1));
     }
+  }
+}
+
+// B of one k-block on CTA pairs sharing B (cluster=2x1, 128-row tiles: one consumer slice, kWgN ==
+// kBlockN), in boxes of kBlockN/2 rows of 128 bytes (glu=split: the gate box, then the up box).
+// multicast: rank `rank` loads box `rank` into both CTAs' stages (the peer's box may land before
+// this CTA's arrive.expect_tx, whose phase cannot complete before that arrival); otherwise (a
+// group's odd last M tile, split along N) this CTA loads both boxes into its own stage.
+template <int kBlockN, int kWgN, bool kSplit>
+__device__ __forceinline__ void load_b_pair_tile(unsigned dst, const TmaDescriptor& map, unsigned bar, int k, int group,
+                                                 int n_block, int n, int b_row, unsigned rank, bool multicast) {
+  // b_row: the tile's first B row (group * n + n_block * kBlockN), as the caller has it.
+  auto box_row = [&](int half) {
+    return kSplit ? group * n + split_glu_box_row(n, n_block, kBlockN, kWgN, 0, half) : b_row + half * (kBlockN / 2);
+  };
+  constexpr unsigned kBoxBytes = kBlockN / 2 * 128;
+  if (multicast) {
+    tma_load_2d_multicast(dst + rank * kBoxBytes, map, bar, k, box_row((int)rank), 3);
+  } else {
+    tma_load_2d(dst, map, bar, k, box_row(0));
+    tma_load_2d(dst + kBoxBytes, map, bar, k, box_row(1));
   }
 }
 

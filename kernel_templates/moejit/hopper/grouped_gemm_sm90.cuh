@@ -121,7 +121,6 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   constexpr bool kPairN = kClusterN == 2;  // 1x2: the pair shares A
   constexpr bool kPairM = kClusterM == 2;  // 2x1: the pair shares B
   constexpr bool kPaired = kPairN || kPairM;
-  constexpr unsigned kBHalfBytes = kBBytes / 2;  // 2x1: the B rows one rank loads
   const unsigned rank = kPaired ? cluster_ctarank() : 0u;
   const unsigned peer = rank ^ 1u;
   const int cluster_id = kPaired ? cluster_id_x() : (int)blockIdx.x;
@@ -252,21 +251,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         const bool a_upper = kBlockM == 128 && tile.m_block * kBlockM + 64 < tile.group_rows;
         const unsigned tx_bytes = kPairM ? (has_a ? (a_upper ? kABytes : kAHalfBytes) : 0u) + kBBytes
                                          : (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
-        // 2x1: this unit's B tile into the stage. Rank r loads half r into both CTAs (both CTAs'
-        // consumers freed the slot), or, for a group's odd last M tile, both halves into its own.
-        // This CTA's full barrier expects the whole tile: the peer's half may land before this
-        // CTA's arrive.expect_tx (the phase cannot complete before that arrival).
+        // 2x1: this unit's B tile into the stage (both CTAs' consumers freed the slot).
         auto load_b_pair = [&](unsigned b_stage, unsigned full, int k) {
-          auto b_half_row = [&](int half) {
-            return Fuse::glu_split ? tile.group * p.n + split_glu_box_row(p.n, n_block, kBlockN, kWgN, 0, half)
-                                   : b_row + half * (kBlockN / 2);
-          };
-          if (multicast_b) {
-            tma_load_2d_multicast(b_stage + rank * kBHalfBytes, tma_b, full, k, b_half_row((int)rank), 3);
-          } else {
-            tma_load_2d(b_stage, tma_b, full, k, b_half_row(0));
-            tma_load_2d(b_stage + kBHalfBytes, tma_b, full, k, b_half_row(1));
-          }
+          load_b_pair_tile<kBlockN, kWgN, Fuse::glu_split>(b_stage, tma_b, full, k, tile.group, n_block, p.n, b_row, rank,
+                                                            multicast_b);
         };
         if constexpr (Fuse::gather) {
           // fuse=gather: the producer warpgroup copies A row by row (hopper/gather.cuh), B by TMA as

@@ -240,7 +240,6 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // and c=e4m3 too (v38): the epilogue is each CTA's own, and a gathering pair's CTAs each copy
   // their own rows and A scales (the gathering producer walks the same units).
   constexpr bool kPairM = kClusterM == 2;
-  constexpr unsigned kBHalfBytes = kBBytes / 2;
   const unsigned rank = kPairM ? cluster_ctarank() : 0u;
   const int cluster_id = kPairM ? cluster_id_x() : (int)blockIdx.x;
   const int clusters = kPairM ? cluster_count_x() : (int)gridDim.x;
@@ -315,6 +314,10 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   GroupTileCursor<kLayout, kBlockM, kBlockN, 0, MOEJIT_TILE_BAND, kPairM> cursor;  // pairs: units (pair_unit_tile)
   const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
   TileCoord tile;
+  // Paired: a unit's B tile (hopper/fused_epilogue.cuh; the B map's box is a half, kBlockN / 2 rows).
+  auto load_b_pair = [&](unsigned b_stage, unsigned full, int k, const TileCoord& t, int b_row, bool multicast) {
+    load_b_pair_tile<kBlockN, kWgN, Fuse::glu_split>(b_stage, tma_b, full, k, t.group, t.n_block, p.n, b_row, rank, multicast);
+  };
 
   // Registers per role. One warp walks the tiles, lane 0 issues the TMA copies and every lane its
   // share of the scale copies: 40 (24 spilled 68 bytes once the scales came with the stages, v30),
@@ -325,21 +328,6 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // scheduler: tuning.cpp). setmaxnreg only moves the launch's 168 x 384 registers between the
   // roles: asking for more (32 + 240) left the consumers waiting in setmaxnreg.inc for ever (H100,
   // 2026-11-26).
-  // Paired: a unit's B tile. Half `rank` multicast into both CTAs (the peer's half may land before
-  // this CTA's expect_tx), or, for the odd last M tile's units, both halves into this CTA's own stage
-  // (the B map's box is a half: kBlockN / 2 rows; split GLU: the gate box, then the up box).
-  auto load_b_pair = [&](unsigned b_stage, unsigned full, int k, const TileCoord& t, int b_row, bool multicast) {
-    auto half_row = [&](int half) {
-      return Fuse::glu_split ? t.group * p.n + split_glu_box_row(p.n, t.n_block, kBlockN, kWgN, 0, half)
-                             : b_row + half * (kBlockN / 2);
-    };
-    if (multicast) {
-      tma_load_2d_multicast(b_stage + rank * kBHalfBytes, tma_b, full, k, half_row((int)rank), 3);
-    } else {
-      tma_load_2d(b_stage, tma_b, full, k, half_row(0));
-      tma_load_2d(b_stage + kBHalfBytes, tma_b, full, k, half_row(1));
-    }
-  };
   constexpr int kProducerRegs = Fuse::gather && kDynamic ? 56 : 40;
   constexpr int kConsumerRegs = Fuse::gather && kDynamic ? 216 : 232;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "setmaxnreg: more than the launch's 168 x 384 registers");
