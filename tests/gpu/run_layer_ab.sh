@@ -10,6 +10,8 @@
 #                   part in (a shared-memory formula: other templates would not compile with this host)
 #   or NEW_ARGS     moe_layer flags of the new side alone, e.g. "--gemm2-spec stages=6": a config
 #                   against the heuristic's, one binary and one template folder
+#   ARGS            moe_layer flags of both sides, e.g. "--fp8-gather gemm" (with NEW_ARGS: a config
+#                   against the heuristic's in a mode other than the default)
 #   MODELS (default gpt-oss-120b), TOKENS (default 4096,16384), WEIGHTS (default mxfp4), REPS (default 50)
 #   ROUNDS          rounds of base/new/new/base (default 1)
 set -uo pipefail
@@ -24,7 +26,10 @@ for side in $(for r in $(seq 1 "${ROUNDS:-1}"); do echo base new new base; done)
   i=$((i + 1))
   templates=()
   extra=()
-  [ "$side" = new ] && [ -n "${NEW_ARGS:-}" ] && read -r -a extra <<< "$NEW_ARGS"
+  [ -n "${ARGS:-}" ] && read -r -a extra <<< "$ARGS"
+  new_args=()
+  [ "$side" = new ] && [ -n "${NEW_ARGS:-}" ] && read -r -a new_args <<< "$NEW_ARGS"
+  extra+=("${new_args[@]}")
   bin="$BUILD/examples/moe_layer"
   [ "$side" = base ] && [ -n "${BASE_TEMPLATES:-}" ] && templates=(MOEJIT_TEMPLATE_DIR="$BASE_TEMPLATES")
   [ "$side" = base ] && [ -n "${BASE_BUILD:-}" ] && bin="$BASE_BUILD/examples/moe_layer"
