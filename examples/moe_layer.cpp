@@ -33,7 +33,7 @@
 // GEMM1's rows (--fp8-gather): `quantize` permutes x as it quantizes it (token-major, route()'s
 // row_of_slot: each x row quantized once and written to its top-k routed rows; then a GEMM1
 // without gather, on the dynamic scheduler); `gemm` quantizes x in token order
-// and GEMM1 gathers (fuse=gather: the static scheduler on 128x256). `auto` (the default) takes
+// and GEMM1 gathers (fuse=gather: 128-row tiles on 2x1 CTA pairs from 128 rows per expert, v39). `auto` (the default) takes
 // `quantize` from 16 rows per expert, else `gemm` (H100, docs/perf.md v28: 0.85-0.98x the layer's
 // time from 1024 tokens on Qwen3, gpt-oss and DeepSeek-V3; at 128 tokens and fewer the extra
 // launch made it 1.01-1.03x).

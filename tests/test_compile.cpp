@@ -250,8 +250,8 @@ TEST_CASE("fused FP8 / 4-bit variants compile with tensor-core MMAs, no spills, 
   for (const KernelSpec& s : tuning_candidates(split_problem, Arch{9, 0, true}, 132)) fp8.push_back(s);
   fp8.push_back(KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,c=f32,layout=masked,tile=128x128x128,stages=6,sched=dynamic,"
                                   "fuse=scatter+weight+bias,act=swiglu,glu=split"));
-  std::vector<int> small_groups(64, 128);  // below 256 rows: 64x256 on the dynamic scheduler
-  const GemmProblem gathered_small{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * 128, small_groups,
+  std::vector<int> small_groups(64, 64);  // below 128 rows: 64x256 on the dynamic scheduler (from 128: 2x1 pairs, v39)
+  const GemmProblem gathered_small{GroupLayout::contiguous, DType::e4m3, DType::bf16, 64, 4096, 7168, 64LL * 64, small_groups,
                                    std::nullopt, gemm1};
   const KernelSpec small = choose_spec(gathered_small, Arch{9, 0, true}, 132);
   CHECK((small.tile.m == 64 && small.scheduler == Scheduler::dynamic));

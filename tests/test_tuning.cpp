@@ -357,7 +357,7 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
       }
     CHECK(pairs == 2);
   }
-  {  // fused or E4M3-writing launches pair from 512 rows per expert (v38: the FP8 layer's GEMM1), never gathered
+  {  // fused or E4M3-writing launches pair from 512 rows per expert (v38: the FP8 layer's GEMM1); gathered ones below
     std::vector<int> rows(256, 512);
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 256, 4096, 7168, 256 * 512LL, rows};
     p.fusion = KernelSpec::parse("act=swiglu,glu=split").fusion;
@@ -366,12 +366,31 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
     CHECK(s.cluster_m == 2);
     CHECK(s.scheduler == Scheduler::static_persistent);
     CHECK_NOTHROW(s.validate());
-    p.fusion = KernelSpec::parse("fuse=gather+bias,act=swiglu,glu=split").fusion;
-    CHECK(choose_spec(p, kHopper, 132).cluster_m == 1);
-    std::vector<int> fewer(256, 128);  // 4096 tokens: not timed fused
+    std::vector<int> fewer(256, 128);  // 4096 tokens: 1.09x the time fused (v39)
     GemmProblem q{GroupLayout::contiguous, DType::e4m3, DType::bf16, 256, 4096, 7168, 256 * 128LL, fewer};
     q.fusion = KernelSpec::parse("act=silu").fusion;
     CHECK(choose_spec(q, kHopper, 132).cluster_m == 1);
+  }
+  {  // gathered A: CTA pairs from 128 rows per expert and K >= 2048 (v39), the rule's 128-row tile or 128x256
+    auto gathered = [](int experts, int rows_per_expert, int n, int k, const char* fusion, DType c = DType::bf16) {
+      std::vector<int> rows(experts, rows_per_expert);
+      GemmProblem p{GroupLayout::contiguous, DType::e4m3, c, experts, n, k, (long long)experts * rows_per_expert, rows};
+      p.fusion = KernelSpec::parse(fusion).fusion;
+      KernelSpec s = choose_spec(p, kHopper, 132);
+      CHECK_NOTHROW(s.validate());
+      return fmt::format("{}x{} s{} {}{}", s.tile.m, s.tile.n, s.stages, to_text(s.scheduler), s.cluster_m == 2 ? " 2x1" : "");
+    };
+    CHECK(gathered(256, 512, 4096, 7168, "fuse=gather") == "128x256 s4 static 2x1");  // DeepSeek-V3 up 16384: 0.51x
+    CHECK(gathered(256, 128, 4096, 7168, "fuse=gather") == "128x256 s4 static 2x1");  // was 64x256 dynamic: 0.88x
+    CHECK(gathered(128, 512, 2880, 2880, "fuse=gather") == "128x192 s4 static 2x1");  // gpt-oss down 16384: the rule's tile
+    CHECK(gathered(256, 512, 4096, 7168, "fuse=gather+bias,act=swiglu,glu=split", DType::e4m3) == "128x256 s4 static 2x1");
+    CHECK(gathered(256, 32, 4096, 7168, "fuse=gather") == "64x256 s4 dynamic");        // 1024 tokens: 1.02x on pairs
+    CHECK(gathered(128, 1024, 2048, 768, "fuse=gather") == "128x256 s4 static");       // Qwen3 down: K = 768, 1.04x
+    std::vector<int> rows(256, 512);
+    GemmProblem channels{GroupLayout::contiguous, DType::e4m3, DType::bf16, 256, 4096, 7168, 256 * 512LL, rows};
+    channels.fusion = KernelSpec::parse("fuse=gather").fusion;
+    channels.b_scales = ScaleB::channels;  // not timed on pairs
+    CHECK(choose_spec(channels, kHopper, 132).cluster_m == 1);
   }
   CHECK(fp8_tile(256, 512, 7168, 2048) == "128x256 s4 static");   // DeepSeek-V3 down: 512 rows, K <= 3072 (v24)
   CHECK(fp8_tile(256, 128, 7168, 2048) == "128x256 s4 dynamic");  // DeepSeek-V3 down, 4096 tokens: 128 rows

@@ -99,6 +99,16 @@ constexpr int kFp8PairMinK = 6144;
 // Gathered A (fuse=gather): 64x256 on the dynamic scheduler below this many mean rows per expert,
 // else the tile above on the static one (choose_spec says why).
 constexpr int kFp8GatherDynamicMaxRows = 256;
+// Gathered A on CTA pairs (2x1, static; the tile above, or 128x256 for 64x256) from 128 rows per
+// expert and K >= 2048, block scales only. A single gathering CTA's cp.async copies let the static
+// CTAs drift off the B tiles they share; a pair multicasts B and keeps its two CTAs in step. In
+// turns against the rules above (H100, BENCH_GATHER=1; docs/results/2026-11-27-v39-fp8-gather-pairs.txt):
+// DeepSeek-V3 up 16384 0.51x the time (14.9 → 7.6 ms), Mixtral down 16384 0.81x, gpt-oss up 16384
+// 0.85x, and at 128-256 rows (against dynamic 64x256 or static 128-row tiles) 0.88-0.92x (gpt-oss,
+// DeepSeek-V3 up / down 4096, Mixtral up 1024, Qwen3 up 4096); elsewhere 0.96-1.00x. Not below:
+// 32-64 rows 1.01-1.03x (1024 tokens of DeepSeek-V3, Qwen3, gpt-oss), K = 768 1.04x (Qwen3 down).
+constexpr int kFp8GatherPairMinRows = 128;  // mean rows per active expert
+constexpr int kFp8GatherPairMinK = 2048;
 // The tiles of a launch without the groups' sizes: each active group's rows fill whole tiles plus
 // (at most) one partial one.
 long long estimated_tiles(long long rows, long long active, int n, TileShape tile) {
@@ -358,7 +368,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // Fused or E4M3-writing launches pair under the first rule from kFp8StaticMinRows rows per expert
     // (v38: the FP8 DeepSeek-V3 layer's GEMM1 at 16384 tokens, c=e4m3 with a split SwiGLU, 0.95x the
     // time on 2x1 static, docs/results/2026-11-27-v38-fp8-pairs-fused.txt; fewer rows not timed).
-    // Not gathered ones (a gathering FP8 pair passes the GPU tests but was not timed).
+    // Gathered ones pair under their own rule (below, kFp8GatherPairMinRows).
     const bool pairable_fused = spec.b_scales == ScaleB::blocks && !spec.fusion.gather_a && mean_rows >= kFp8StaticMinRows;
     if (spec.tile == kFp8Full.tile && spec.scheduler == Scheduler::dynamic && problem.k >= kFp8PairMinK &&
         (pairable || pairable_fused)) {
@@ -373,7 +383,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     // the dynamic one instead (its consumers fit 232): 0.94 / 0.88x the time of static 128x256 on
     // gpt-oss / DeepSeek-V3 up at 4096 tokens (128 rows), 0.94x on Qwen3 up 1024 (64 rows); at 256
     // rows a tie (Qwen3 up 4096) or 1.1-1.2x (Mixtral up 1024, N = 28672: B read twice as often).
-    // H100, docs/perf.md v27.
+    // H100, docs/perf.md v27. From 128 rows and K >= 2048 the pairs below take over (v39).
     if (spec.fusion.gather_a) {
       if (mean_rows < kFp8GatherDynamicMaxRows) {
         spec = with_tile(spec, kFp8Small);
@@ -387,6 +397,12 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     if (spec.c == DType::e4m3 && !fp8_c_quantizable(spec)) {
       spec = with_tile(spec, kFp8Full);
       if (spec.fusion.gather_a) spec.scheduler = Scheduler::static_persistent;
+    }
+    if (spec.fusion.gather_a && spec.b_scales == ScaleB::blocks && mean_rows >= kFp8GatherPairMinRows &&
+        problem.k >= kFp8GatherPairMinK) {
+      if (spec.tile != kFp8Wide.tile) spec = with_tile(spec, kFp8Full);
+      spec.scheduler = Scheduler::static_persistent;
+      spec.cluster_m = 2;
     }
     spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
     spec.validate();

@@ -31,9 +31,10 @@ constexpr TileConfig kHopperTiles[] = {
 // no unit would share it (every group's single tile is split along N instead).
 constexpr double kPairMMinRowsPerGroup = 128;
 // FP8 block-scaled: the four tiles its kernel implements (K = one 128-wide scale block).
-// Plus CTA pairs on 128x256 and 128x192 (cluster=2x1, the static scheduler, unfused: the spec
-// rejects the rest), which the heuristic picks from K = 6144 and for static 128x192 (config.cpp;
-// 128x192 since v33, when its A scales came by TMA and the pair took 0.92x the cycles).
+// Plus CTA pairs on 128x256 and 128x192 (cluster=2x1, the static scheduler: the spec rejects them
+// dynamic), which the heuristic picks from K = 6144, for static 128x192 (config.cpp; 128x192 since
+// v33, when its A scales came by TMA and the pair took 0.92x the cycles) and for gathered A from
+// 128 rows per expert (v39).
 constexpr TileConfig kFp8Tiles[] = {{{64, 256, 128}, 4, 1, 1}, {{64, 256, 128}, 5, 1, 1}, {{128, 128, 128}, 6, 1, 1}, {{128, 192, 128}, 4, 1, 1},
                                     {{128, 192, 128}, 5, 1, 1}, {{128, 256, 128}, 4, 1, 1}, {{128, 256, 128}, 4, 1, 1, 1, 2},
                                     {{128, 192, 128}, 4, 1, 1, 1, 2}};
