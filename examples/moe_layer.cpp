@@ -36,7 +36,10 @@
 // and GEMM1 gathers (fuse=gather: 128-row tiles on 2x1 CTA pairs from 128 rows per expert, v39). `auto` (the default) takes
 // `quantize` from 16 rows per expert, else `gemm` (H100, docs/perf.md v28: 0.85-0.98x the layer's
 // time from 1024 tokens on Qwen3, gpt-oss and DeepSeek-V3; at 128 tokens and fewer the extra
-// launch made it 1.01-1.03x).
+// launch made it 1.01-1.03x); but `gemm` wherever GEMM1's N is at most 2048, where gathering costs
+// little (each row is gathered once per N tile): since the gathered pairs (v39) Qwen3 (N = 1536)
+// took 0.95-0.975x the layer's time with `gemm` at 1024-16384 tokens, while gpt-oss (5760) read
+// 0.95-1.01x, DeepSeek-V3 (4096) 1.03-1.04x and Mixtral (28672) 0.99-1.04x.
 // h (--fp8-h): `gemm1` (the default) has GEMM1 write it quantized (c=e4m3: E4M3 codes and 1x128
 // scales from its epilogue, GEMM2's A as it is); `quantize` writes bf16 h and quantizes it in a
 // pass of its own.
@@ -313,7 +316,8 @@ struct Fp8Options {
 Fp8Options resolved(Fp8Options o, const LayerModel& m, int tokens) {
   if (o.gather == Fp8Gather::automatic) {
     const double rows_per_expert = (double)tokens * m.top_k / m.experts;
-    o.gather = rows_per_expert >= 16 ? Fp8Gather::quantize : Fp8Gather::gemm;
+    const bool narrow_gemm1 = 2 * m.intermediate <= 2048;
+    o.gather = rows_per_expert >= 16 && !narrow_gemm1 ? Fp8Gather::quantize : Fp8Gather::gemm;
   }
   return o;
 }
