@@ -172,7 +172,7 @@ TEST_CASE("heuristic and tuner keep the fusions; gathered pairs share B", "[tuni
   CHECK(choose_spec(problem, kAmpere, 108).fusion == problem.fusion);
 }
 
-TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group, never the heuristic's (bf16)", "[tuning]") {
+TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; the heuristic's at 128-255 rows with long K (bf16)", "[tuning]") {
   auto count_pair_m = [](const std::vector<KernelSpec>& specs) {
     int n = 0;
     for (auto& s : specs) {
@@ -188,19 +188,24 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group, 
   struct Case {
     int groups, rows_per_group, n, k;
     int expected;  // 2x1 candidates: static and dynamic, or none
+    int heuristic_m = 1;  // the heuristic's cluster_m
   };
-  for (Case c : {Case{256, 512, 4096, 7168, 2},    // DeepSeek-V3 up 16384 tokens
+  for (Case c : {Case{256, 512, 4096, 7168, 2},    // DeepSeek-V3 up 16384 tokens (1x2)
                  Case{256, 512, 7168, 2048, 2},    // DeepSeek-V3 down 16384
                  Case{8, 4096, 4096, 14336, 2},    // Mixtral down 16384
                  Case{8, 256, 28672, 4096, 2},     // 2 M tiles per group
-                 Case{256, 128, 4096, 7168, 2},    // DeepSeek-V3 up 4096: one full M tile per expert, the threshold
+                 Case{256, 128, 4096, 7168, 2, 2},  // DeepSeek-V3 up 4096: one full M tile per expert, the threshold;
+                 Case{384, 171, 4096, 7168, 2, 2},  //   long K below 256 rows: the heuristic's (v39: 0.83-0.97x)
+                 Case{256, 192, 4096, 4096, 2},    // K = 4096: not (v39: Mixtral up 1024 gathered 1.19x)
                  Case{256, 127, 4096, 7168, 0},    // below it: every unit a split one, nothing shared
                  Case{128, 1, 2048, 768, 0}}) {    // decode
     std::vector<int> sizes(c.groups, c.rows_per_group);
     GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, c.groups, c.n, c.k,
                   (long long)c.groups * c.rows_per_group, sizes};
     INFO(c.groups << " groups of " << c.rows_per_group << " rows, N " << c.n << " K " << c.k);
-    CHECK(choose_spec(p, kHopper, 132).cluster_m == 1);
+    const KernelSpec chosen = choose_spec(p, kHopper, 132);
+    CHECK(chosen.cluster_m == c.heuristic_m);
+    if (c.heuristic_m == 2) CHECK(chosen.scheduler == Scheduler::dynamic);
     CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == c.expected);
     CHECK(count_pair_m(tuning_candidates(p, kAmpere, 108)) == 0);  // portable: no clusters
     p.layout = GroupLayout::masked;

@@ -204,6 +204,17 @@ bool hopper_capable(const Arch& arch) { return arch.sm() == 90 && arch.arch_spec
 // DeepSeek-V3 up 16384. Since v4 half-empty tiles cost half, static CTAs drift apart and stop
 // sharing B in L2: DeepSeek-V3 up 16384 274 vs 578. The FP8 kernel follows the same rule
 // (docs/perf.md v10).
+// bf16/f16 CTA pairs sharing B (2x1) where groups hold 128-255 rows and K is long (DeepSeek-V3 and
+// Kimi-K2 shapes, K = 7168, up GEMM at 4096-8192 tokens), which the A-sharing rule below leaves on
+// single CTAs (it wants 256 rows): the weights are read once per pair and not once per M tile. In
+// turns against 128x256 single CTAs, dynamic (H100, docs/results/2026-11-27-v39-bf16-pairs-long-k.txt):
+// DeepSeek-V3 at 128 / 192 rows 0.969 / 0.844x the time (gathered 0.942 / 0.898x), Kimi-K2 at 128 /
+// 171 rows 0.970 / 0.829x (gathered 0.951 / 0.873x). Not below 128 rows (Kimi-K2 at 43 and 85:
+// 1.00x), nor at shorter K (v39 call 7: Mixtral up 1024, K = 4096, gathered 1.19x; gpt-oss K = 2880
+// 1.00-1.02x).
+constexpr int kPairLongKMinK = 6144;
+constexpr double kPairLongKMinRows = 128;  // mean rows per active group
+
 Scheduler scheduler_for(long long active, long long rows, int n, TileShape tile, int sm_count) {
   return active > 1 && estimated_tiles(rows, active, n, tile) > std::max(sm_count, 1) ? Scheduler::dynamic
                                                                                       : Scheduler::static_persistent;
@@ -449,6 +460,10 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
       else spec.cluster_n = kHopperLargePair.cluster_n;
     }
   }
+  // Below 256 rows per group, long K: pairs sharing B on the dynamic scheduler (v39).
+  if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && spec.scheduler == Scheduler::dynamic &&
+      problem.k >= kPairLongKMinK && mean_rows >= kPairLongKMinRows && mean_rows < 256)
+    spec.cluster_m = 2;
   spec = with_split_tail(spec, problem, tiles, sm_count);
   spec.validate();
   return spec;
