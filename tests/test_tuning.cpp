@@ -211,6 +211,16 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
     p.layout = GroupLayout::masked;
     CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == c.expected);
   }
+  {  // long K below 256 rows: not where the single CTAs' last round splits along K (Mixtral down, K = 14336)
+    std::vector<int> ragged = {150, 110, 140, 100, 135, 120, 125, 144};  // 512 tokens: 12 M tiles, 1.45 rounds
+    GemmProblem down{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 1024, ragged};
+    KernelSpec s = choose_spec(down, kHopper, 132);
+    CHECK((s.cluster_m == 1 && s.split == SplitK::tail));
+    std::vector<int> even(8, 192);  // 768 tokens: 1.94 rounds, no split: 2x1 (v39: 0.90-0.91x)
+    GemmProblem down768{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 8 * 192, even};
+    s = choose_spec(down768, kHopper, 132);
+    CHECK((s.cluster_m == 2 && s.split == SplitK::none));
+  }
   // Empty groups do not count: 4 experts of 1024 rows among 256 keep the 2x1 candidates.
   std::vector<int> sparse(256, 0);
   for (int g = 0; g < 4; ++g) sparse[g * 64] = 1024;  // (the mean over active experts: 1024)

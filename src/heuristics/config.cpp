@@ -211,7 +211,8 @@ bool hopper_capable(const Arch& arch) { return arch.sm() == 90 && arch.arch_spec
 // DeepSeek-V3 at 128 / 192 rows 0.969 / 0.844x the time (gathered 0.942 / 0.898x), Kimi-K2 at 128 /
 // 171 rows 0.970 / 0.829x (gathered 0.951 / 0.873x). Not below 128 rows (Kimi-K2 at 43 and 85:
 // 1.00x), nor at shorter K (v39 call 7: Mixtral up 1024, K = 4096, gathered 1.19x; gpt-oss K = 2880
-// 1.00-1.02x).
+// 1.00-1.02x). Mixtral down (K = 14336) at 160-224 rows: 0.90-0.93x; at 128 rows its last round
+// splits along K (split=tail), which took 0.91-0.99x of 2x1, so split launches stay single.
 constexpr int kPairLongKMinK = 6144;
 constexpr double kPairLongKMinRows = 128;  // mean rows per active group
 
@@ -460,9 +461,11 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
       else spec.cluster_n = kHopperLargePair.cluster_n;
     }
   }
-  // Below 256 rows per group, long K: pairs sharing B on the dynamic scheduler (v39).
+  // Below 256 rows per group, long K: pairs sharing B on the dynamic scheduler (v39), unless the
+  // single CTAs' last round splits along K (split=tail: Mixtral down at 512 tokens 0.91x of 2x1).
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && spec.scheduler == Scheduler::dynamic &&
-      problem.k >= kPairLongKMinK && mean_rows >= kPairLongKMinRows && mean_rows < 256)
+      problem.k >= kPairLongKMinK && mean_rows >= kPairLongKMinRows && mean_rows < 256 &&
+      with_split_tail(spec, problem, tiles, sm_count).split != SplitK::tail)
     spec.cluster_m = 2;
   spec = with_split_tail(spec, problem, tiles, sm_count);
   spec.validate();
