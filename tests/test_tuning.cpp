@@ -417,6 +417,18 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
   CHECK(fp8_tile(128, 16, 2880, 2880) == "64x256 s4 dynamic");    // decode (C staged since v24)
 }
 
+TEST_CASE("bf16 tile: 64x128 up to 64 rows per group, up to 48 where K >= 6144 (v39)", "[tuning][heuristic]") {
+  auto tile_m = [](int groups, int rows_per_group, int n, int k) {
+    std::vector<int> rows(groups, rows_per_group);
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, groups, n, k, (long long)groups * rows_per_group, rows};
+    return choose_spec(p, kHopper, 132).tile.m;
+  };
+  CHECK(tile_m(128, 64, 1536, 2048) == 64);   // Qwen3 up 1024 tokens
+  CHECK(tile_m(256, 64, 4096, 7168) == 128);  // DeepSeek-V3 up 2048 tokens: 0.948x on 128x256
+  CHECK(tile_m(256, 48, 4096, 7168) == 64);   // DeepSeek-V3 up 1536 tokens: level
+  CHECK(tile_m(256, 32, 4096, 7168) == 64);   // DeepSeek-V3 up 1024 tokens
+}
+
 TEST_CASE("tuning table: stores, merges, survives garbage lines, disabled without a folder", "[tuning]") {
   TempDir dir;
   TuningTable table(dir.str(), "NVIDIA H100 80GB HBM3", 13000, "0.1.0", "0123456789abcdef0123456789abcdef");

@@ -22,6 +22,12 @@ struct TileChoice {
 // in each of two runs, docs/perf.md v9; Mixtral down 16 tokens 1.5–2.7% slower).
 constexpr TileChoice kHopperLarge = {{128, 256, 64}, 4, 1, 1};
 constexpr TileChoice kHopperSmall = {{64, 128, 64}, 8, 1, 1};
+constexpr double kHopperSmallMaxRows = 64;  // mean rows per active group
+// With K >= 6144 (kPairLongKMinK) the small tile only up to 48 rows: at 64 rows 128x256 took
+// 0.948 / 0.944x the time of 64x128 s8 on DeepSeek-V3 / Kimi-K2-shaped up GEMMs (K = 7168, in turns,
+// plain and gathered alike; H100, docs/results/2026-11-27-v39-bf16-pairs-long-k.txt call 14); at
+// 43-48 rows the two were level (0.997-1.002x).
+constexpr double kHopperSmallMaxRowsLongK = 48;
 // 128x256 on CTA pairs that share A through TMA multicast (docs/perf.md, v4).
 constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 // 128x256 whose last partial round runs in pieces of K (split=tail, plan_split_tail).
@@ -422,7 +428,8 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   }
   if (hopper_capable(arch) && !spec.is_weight_only_4bit() && spec.a != DType::e4m3) {
     spec.family = KernelFamily::hopper;
-    spec = with_tile(spec, mean_rows <= 64 ? kHopperSmall : kHopperLarge);
+    const double small_max_rows = problem.k >= kPairLongKMinK ? kHopperSmallMaxRowsLongK : kHopperSmallMaxRows;
+    spec = with_tile(spec, mean_rows <= small_max_rows ? kHopperSmall : kHopperLarge);
   } else {
     spec.family = KernelFamily::portable;
     spec.fusion.gather_by = GatherLoad::cp_async;  // a Hopper-only choice: the portable family gathers by cp.async
