@@ -591,7 +591,8 @@ TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[
                  Case{256, 512, 4096, 7168, true},    // DeepSeek-V3 up 16384
                  Case{256, 512, 7168, 2048, true},    // DeepSeek-V3 down 16384 (K = 2048; v6: +2%)
                  Case{128, 1024, 1536, 2048, false},  // Qwen3 up 16384 (K = 2048, too little work per SM)
-                 Case{256, 128, 4096, 7168, true, true},  // DeepSeek-V3 up 4096 (v39: 2x1 0.97x, 1x2 not)
+                 Case{256, 128, 4096, 7168, false},   // DeepSeek-V3 up 4096 (memory-bound; v39: 2x1 0.97-1.02x)
+                 Case{256, 192, 4096, 7168, true, true},  // DeepSeek-V3 up 6144 (v39: 2x1 0.84-0.86x)
                  Case{8, 1024, 28672, 4096, true},    // Mixtral up 4096 (3475 k-blocks per SM; v31: -4%)
                  Case{8, 1024, 4096, 14336, false},   // Mixtral down 4096 (1738 per SM; v31: +1.4%)
                  Case{128, 512, 2880, 2880, true},    // gpt-oss down 16384 (2095 per SM; v37: -6 to -7%; N ragged: 2x1)

@@ -210,17 +210,20 @@ bool hopper_capable(const Arch& arch) { return arch.sm() == 90 && arch.arch_spec
 // DeepSeek-V3 up 16384. Since v4 half-empty tiles cost half, static CTAs drift apart and stop
 // sharing B in L2: DeepSeek-V3 up 16384 274 vs 578. The FP8 kernel follows the same rule
 // (docs/perf.md v10).
-// bf16/f16 CTA pairs sharing B (2x1) where groups hold 128-255 rows and K is long (DeepSeek-V3 and
-// Kimi-K2 shapes, K = 7168, up GEMM at 4096-8192 tokens), which the A-sharing rule below leaves on
-// single CTAs (it wants 256 rows): the weights are read once per pair and not once per M tile. In
-// turns against 128x256 single CTAs, dynamic (H100, docs/results/2026-11-27-v39-bf16-pairs-long-k.txt):
-// DeepSeek-V3 at 128 / 192 rows 0.969 / 0.844x the time (gathered 0.942 / 0.898x), Kimi-K2 at 128 /
-// 171 rows 0.970 / 0.829x (gathered 0.951 / 0.873x). Not below 128 rows (Kimi-K2 at 43 and 85:
-// 1.00x), nor at shorter K (v39 call 7: Mixtral up 1024, K = 4096, gathered 1.19x; gpt-oss K = 2880
-// 1.00-1.02x). Mixtral down (K = 14336) at 160-224 rows: 0.90-0.93x; at 128 rows its last round
-// splits along K (split=tail), which took 0.91-0.99x of 2x1, so split launches stay single.
+// bf16/f16 CTA pairs sharing B (2x1) where groups hold 160-255 rows and K is long (DeepSeek-V3 and
+// Kimi-K2 shapes, K = 7168, up GEMM at 5120-8192 tokens; Mixtral down), which the A-sharing rule
+// below leaves on single CTAs (it wants 256 rows): the weights are read once per pair and not once
+// per M tile. In turns against 128x256 single CTAs, dynamic (H100,
+// docs/results/2026-11-27-v39-bf16-pairs-long-k.txt): DeepSeek-V3 at 192 rows 0.844-0.863x the time
+// (gathered 0.898-0.924x), Kimi-K2 at 171 rows 0.829-0.884x (gathered 0.873-0.918x), Mixtral down
+// (K = 14336) at 160-224 rows 0.90-0.93x. At 128 rows the gain depends on the routing: 0.97x on the
+// suite's random top-k (DeepSeek-V3 up 4096, Kimi-K2 at 6144 tokens), but 1.022x in examples/moe_layer's
+// DeepSeek-V3 layer (its own router, alternating processes, plain and fused alike), so 128-159 rows
+// stay single. Not at shorter K (v39 call 7: Mixtral up 1024, K = 4096, gathered 1.19x; gpt-oss
+// K = 2880 1.00-1.02x). Where the single CTAs' last round splits along K (split=tail: Mixtral down
+// at 512 tokens, 0.91-0.99x of 2x1), the launch stays single.
 constexpr int kPairLongKMinK = 6144;
-constexpr double kPairLongKMinRows = 128;  // mean rows per active group
+constexpr double kPairLongKMinRows = 160;  // mean rows per active group
 
 Scheduler scheduler_for(long long active, long long rows, int n, TileShape tile, int sm_count) {
   return active > 1 && estimated_tiles(rows, active, n, tile) > std::max(sm_count, 1) ? Scheduler::dynamic
