@@ -172,7 +172,7 @@ TEST_CASE("heuristic and tuner keep the fusions; gathered pairs share B", "[tuni
   CHECK(choose_spec(problem, kAmpere, 108).fusion == problem.fusion);
 }
 
-TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; the heuristic's at 128-255 rows with long K (bf16)", "[tuning]") {
+TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; the heuristic's at 160-255 rows with long K (bf16)", "[tuning]") {
   auto count_pair_m = [](const std::vector<KernelSpec>& specs) {
     int n = 0;
     for (auto& s : specs) {
