@@ -471,13 +471,12 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
       else spec.cluster_n = kHopperLargePair.cluster_n;
     }
   }
+  spec = with_split_tail(spec, problem, tiles, sm_count);
   // Below 256 rows per group, long K: pairs sharing B on the dynamic scheduler (v39), unless the
   // single CTAs' last round splits along K (split=tail: Mixtral down at 512 tokens 0.91x of 2x1).
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && spec.scheduler == Scheduler::dynamic &&
-      problem.k >= kPairLongKMinK && mean_rows >= kPairLongKMinRows && mean_rows < 256 &&
-      with_split_tail(spec, problem, tiles, sm_count).split != SplitK::tail)
+      spec.split != SplitK::tail && problem.k >= kPairLongKMinK && mean_rows >= kPairLongKMinRows && mean_rows < 256)
     spec.cluster_m = 2;
-  spec = with_split_tail(spec, problem, tiles, sm_count);
   spec.validate();
   return spec;
 }
