@@ -649,22 +649,13 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   }
   // Layers back to back, with no event between stages or layers (how an engine runs them, and what
   // programmatic launches shorten: each kernel waits for the one ahead inside the GPU, not at a
-  // stream boundary; MOEJIT_PDL=0 turns them off).
-  std::vector<float> chained;
-  for (int i = 0; i < std::max(reps / 5, 3); ++i) {
-    constexpr int kLayers = 10;
-    cudaEventRecord(ev[0]);
-    for (int l = 0; l < kLayers; ++l) layer();
-    cudaEventRecord(ev[1]);
-    check_cuda(cudaEventSynchronize(ev[1]), "chained layers");
-    float ms;
-    cudaEventElapsedTime(&ms, ev[0], ev[1]);
-    chained.push_back(ms / kLayers);
-  }
-  // The same 10 layers captured once into a CUDA graph and replayed (how engines run decode steps):
-  // programmatic launches become programmatic edges of the graph. One warm-up layer on the capture
-  // stream first, so that its per-stream buffers exist before the capture.
-  std::vector<float> graphed;
+  // stream boundary; MOEJIT_PDL=0 turns them off), and the same 10 layers captured once into a CUDA
+  // graph and replayed (how engines run decode steps: programmatic launches become programmatic
+  // edges of the graph). The two are timed in turns, the order flipping every round: at large token
+  // counts the clock under the 700 W cap drifts by 10-15% over a second of load, which timing one
+  // after the other read as a difference between them (docs/perf.md v40). One warm-up layer on the
+  // capture stream first, so that its per-stream buffers exist before the capture.
+  std::vector<float> chained, graphed;
   {
     constexpr int kLayers = 10;
     cudaStream_t cap;
@@ -685,7 +676,16 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
     check_cuda(cudaStreamEndCapture(cap, &graph), "end capture");
     check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate graph");
     for (int i = 0; i < 2; ++i) check_cuda(cudaGraphLaunch(exec, cap), "graph warm-up");
-    for (int i = 0; i < std::max(reps / 5, 3); ++i) {
+    auto time_chained = [&] {
+      cudaEventRecord(ev[0]);
+      for (int l = 0; l < kLayers; ++l) layer();
+      cudaEventRecord(ev[1]);
+      check_cuda(cudaEventSynchronize(ev[1]), "chained layers");
+      float ms;
+      cudaEventElapsedTime(&ms, ev[0], ev[1]);
+      chained.push_back(ms / kLayers);
+    };
+    auto time_graph = [&] {
       cudaEventRecord(ev[0], cap);
       check_cuda(cudaGraphLaunch(exec, cap), "graph launch");
       cudaEventRecord(ev[1], cap);
@@ -693,6 +693,10 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
       float ms;
       cudaEventElapsedTime(&ms, ev[0], ev[1]);
       graphed.push_back(ms / kLayers);
+    };
+    for (int i = 0; i < std::max(reps / 5, 4); ++i) {
+      if (i % 2 == 0) time_chained(), time_graph();
+      else time_graph(), time_chained();
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
