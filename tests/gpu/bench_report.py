@@ -10,6 +10,7 @@ ours = list(csv.DictReader(open(sys.argv[1])))
 peers = [r for r in csv.reader(open(sys.argv[2])) if r]
 ceil = {r[1]: float(r[5]) for r in peers if r[0] == "ceiling"}
 torch_ms = {(r[1], r[2], r[3]): float(r[4]) for r in peers if r[0] == "torch_grouped_mm"}
+dense_ms = {(r[1], r[2], r[3]): float(r[4]) for r in peers if r[0] == "dense_mm"}
 peak_tflops, bw_gbps = ceil["bf16_gemm"], ceil["copy_gbps"]
 print(f"Ceilings measured in this run: bf16 GEMM {peak_tflops:.0f} TFLOP/s, copy {bw_gbps / 1000:.2f} TB/s\n")
 print("| model | gemm | tokens | ΣM | active | moejit ms | TFLOP/s | GB/s | weights GB/s ÷ copy | roofline | torch ms | torch roofline | speedup |")
@@ -37,3 +38,12 @@ print(f"\nGeomean fraction of roofline: moejit {g(fr_ours):.3f}, torch._grouped_
 worst.sort(reverse=True)
 if worst:
     print("Slowest relative to torch: " + ", ".join(f"{m} {gm} {t}: {x:.2f}x torch time" for x, m, gm, t in worst[:5]))
+dense = [(r, dense_ms[(r["model"], r["gemm"], r["tokens"])]) for r in ours if (r["model"], r["gemm"], r["tokens"]) in dense_ms]
+if dense:
+    print("\nOne dense cuBLAS GEMM of the same ΣM x N x K in this run (one weight matrix: a ceiling, not an MoE):\n")
+    print("| model | gemm | tokens | dense cuBLAS ms | TFLOP/s | moejit TFLOP/s | moejit speed ÷ dense |")
+    print("|---|---|---|---|---|---|---|")
+    for r, dms in dense:
+        flops = 2.0 * int(r["sumM"]) * int(r["N"]) * int(r["K"])
+        ms = float(r["ms"])
+        print(f"| {r['model']} | {r['gemm']} | {r['tokens']} | {dms:.4f} | {flops / dms / 1e9:.0f} | {flops / ms / 1e9:.0f} | {dms / ms:.2f} |")

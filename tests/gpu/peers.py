@@ -2,7 +2,8 @@
 
 Reads the routing bench_suite used (routing.csv: model,gemm,tokens,count_0..count_{E-1}) and times
 torch._grouped_mm on exactly those group sizes; also measures the two roofline ceilings
-(a large bf16 GEMM through cuBLAS, a device-to-device copy counting bytes read + written).
+(a large bf16 GEMM through cuBLAS, a device-to-device copy counting bytes read + written) and, from
+4096 tokens, one dense cuBLAS GEMM of each case's ΣM x N x K (dense_mm).
 Prints CSV: kind,model,gemm,tokens,ms,value
 """
 import csv
@@ -17,6 +18,9 @@ SHAPES = {  # model: (experts, topk, hidden, intermediate, up_n)
     "deepseek-v3": (256, 8, 7168, 2048, 4096),
     "qwen3-30b-a3b": (128, 8, 2048, 768, 1536),
 }
+
+
+DENSE_MIN_TOKENS = 4096  # the compute-bound cases, where a dense GEMM of the same shape is a ceiling
 
 
 def median_ms(fn):
@@ -61,6 +65,13 @@ def main(routing_path):
         wt = w.transpose(-2, -1)
         ms = median_ms(lambda: torch._grouped_mm(a, wt, offs=offs, out_dtype=torch.bfloat16))
         print(f"torch_grouped_mm,{model},{gemm},{tokens},{ms:.4f},", flush=True)
+        if tokens >= DENSE_MIN_TOKENS:
+            # The same FLOPs as one dense cuBLAS GEMM (all ΣM rows against expert 0's weights; not a
+            # valid MoE, as ../shared/bench/peers.py's dense_mm_ceiling): what a dense GEMM of this
+            # shape reaches in this run, at the same clock and power as the grouped kernels.
+            w0 = w[0].t()
+            ms = median_ms(lambda: a @ w0)
+            print(f"dense_mm,{model},{gemm},{tokens},{ms:.4f},", flush=True)
         del a
 
 
