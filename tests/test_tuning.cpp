@@ -63,6 +63,7 @@ TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key
   vary([](KernelSpec& s) { s.fusion.gather_by = GatherLoad::tma; });
   vary([](KernelSpec& s) { s.b_scales = ScaleB::channels; });
   vary([](KernelSpec& s) { s.split = SplitK::tail; });
+  vary([](KernelSpec& s) { s.band = 4; });  // a tile order is another kernel (was missing from the key)
   std::set<std::pair<std::uint64_t, std::uint64_t>> keys;
   keys.insert({pack_spec(base)->lo, pack_spec(base)->hi});
   for (auto& v : variants) {
@@ -72,7 +73,7 @@ TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key
   }
   // Fields out of their bits: no key (the text-keyed path serves them).
   KernelSpec wide = base;
-  wide.tile.m = 1 << 16;
+  wide.tile.m = 1 << 9;
   CHECK_FALSE(pack_spec(wide));
   wide = base;
   wide.stages = -1;
@@ -94,7 +95,7 @@ TEST_CASE("kernel cache hot path: repeated gets return the same kernel as memory
   }
   // An unpackable spec still goes through the text-keyed path (and fails validation there).
   KernelSpec wide = spec;
-  wide.tile.m = 1 << 16;
+  wide.tile.m = 1 << 9;
   CHECK_THROWS_AS(cache.get(wide), SpecError);
 }
 

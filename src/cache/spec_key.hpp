@@ -64,11 +64,13 @@ inline std::optional<SpecKey> pack_spec(const KernelSpec& s) {
   shift = 0;
   put(hi, s.cluster_n, 4);
   put(hi, s.stages, 8);
-  put(hi, s.tile.m, 16);
-  put(hi, s.tile.n, 16);
-  put(hi, s.tile.k, 16);
+  put(hi, s.tile.m, 9);  // validate() allows at most 256 on a side, K at most 128
+  put(hi, s.tile.n, 9);
+  put(hi, s.tile.k, 9);
   put(hi, static_cast<int>(s.b_scales), 1);
-  put(hi, static_cast<int>(s.split), 1);  // 62 bits
+  put(hi, static_cast<int>(s.split), 1);
+  put(hi, s.band, 11);  // 0..1024; until 2026-11-27 left out, so band=b shared band=0's entry
+  // 52 bits
   if (!fits) return std::nullopt;
   return SpecKey{lo, hi};
 }
