@@ -29,6 +29,10 @@ struct SpecKeyHash {
   }
 };
 
+// Every field of KernelSpec goes into the key: a field left out makes two specs share one entry
+// (band did until 2026-11-27). A new field changes these sizes; pack it, then update them.
+static_assert(sizeof(KernelSpec) == 104 && sizeof(Fusion) == 20, "KernelSpec changed: pack the new field in pack_spec");
+
 // nullopt when a field does not fit its bits (such a spec never validates); callers then take
 // the text-keyed path, so packing can never make two different specs share an entry.
 inline std::optional<SpecKey> pack_spec(const KernelSpec& s) {
