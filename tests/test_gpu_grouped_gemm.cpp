@@ -125,6 +125,22 @@ TEST_CASE("every variant: epilogue edges, several tiles per CTA", "[gpu]") {
   }
 }
 
+TEST_CASE("absorbed tail rows: 1-24 rows past a whole 128-row tile in its last tile, 25 in a tile of their own", "[gpu][tail]") {
+  // Groups ending 1, 24 and 7 rows past whole tiles (absorbed), 25 past (a tile of their own), whole
+  // tiles, empty and tiny groups; N = 320 leaves a partial N tile (tail columns past N unstored),
+  // K = 200 a partial k-block. Every tail=24 variant of all_specs (1x1 and 1x2, both layouts and
+  // schedulers, each C type).
+  std::mt19937 rng(2411);
+  int variants = 0;
+  for (auto& spec : all_specs()) {
+    if (spec.tail == 0) continue;
+    auto p = make_problem(spec, {129, 152, 153, 280, 0, 536, 24, 1, 256, 409, 128, 1031}, 320, 200, rng);
+    run_and_check(spec, p, "tail rows", spec.scheduler == Scheduler::dynamic ? 2 : 1);
+    ++variants;
+  }
+  WARN(fmt::format("{} variants with absorbed tail rows", variants));
+}
+
 TEST_CASE("every variant: one row in every group (decode)", "[gpu]") {
   std::mt19937 rng(99);
   for (auto& spec : all_specs()) {

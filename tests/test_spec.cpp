@@ -447,6 +447,37 @@ TEST_CASE("tile bands: band=N on the Hopper families, printed only when set", "[
   CHECK_THROWS_WITH(KernelSpec::parse("family=hopper,band=wide"), Catch::Matchers::Contains("'band'"));
 }
 
+TEST_CASE("absorbed tail rows: tail=24 on the unfused 16-bit 128x256 Hopper kernel, 1x1 or 1x2", "[spec]") {
+  auto plain = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic");
+  CHECK(plain.tail == 0);
+  CHECK(plain.to_text().find("tail") == std::string::npos);  // earlier texts and keys unchanged
+  for (const char* text : {"family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,tail=24",
+                           "family=hopper,tile=128x256x64,stages=4,sched=static,layout=masked,c=f32,tail=24",
+                           "family=hopper,a=f16,b=f16,c=f16,tile=128x256x64,stages=4,tail=24"}) {
+    INFO(text);
+    auto s = KernelSpec::parse(text);
+    s.validate();
+    CHECK(s.to_text().ends_with(",tail=24"));
+    CHECK(KernelSpec::parse(s.to_text()) == s);
+    // 24 more A rows per stage, one 8 KB C chunk per consumer: the same 227 KB budget as without.
+    CHECK(s.dynamic_smem_bytes() == 4 * (128 + 256 + 24) * 128 + 2048 + 16384);
+    CHECK(s.dynamic_smem_bytes() <= 227 * 1024);
+    CHECK(s.stages_c());
+  }
+  CHECK_FALSE(KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,tail=24").key() ==
+              plain.key());
+  for (const char* bad : {"family=hopper,tile=128x256x64,stages=4,tail=16", "family=hopper,tile=128x128x64,stages=6,tail=24",
+                          "family=hopper,tile=128x256x64,stages=4,cluster=2x1,tail=24",
+                          "family=hopper,tile=128x256x64,stages=4,split=tail,tail=24",
+                          "family=hopper,tile=128x256x64,stages=4,fuse=bias,tail=24",
+                          "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,tail=24",
+                          "family=portable,arch=sm_80,tail=24"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(KernelSpec::parse(bad).validate(), Catch::Matchers::Contains("tail="));
+  }
+  CHECK_THROWS_WITH(KernelSpec::parse("family=hopper,tail=some"), Catch::Matchers::Contains("'tail'"));
+}
+
 TEST_CASE("fusion specs round-trip for every flag, activation and layout", "[spec][fusion]") {
   std::set<std::string> texts;
   std::set<std::string> keys;

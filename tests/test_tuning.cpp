@@ -64,6 +64,7 @@ TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key
   vary([](KernelSpec& s) { s.b_scales = ScaleB::channels; });
   vary([](KernelSpec& s) { s.split = SplitK::tail; });
   vary([](KernelSpec& s) { s.band = 4; });  // a tile order is another kernel (was missing from the key)
+  vary([](KernelSpec& s) { s.tail = 24; });
   std::set<std::pair<std::uint64_t, std::uint64_t>> keys;
   keys.insert({pack_spec(base)->lo, pack_spec(base)->hi});
   for (auto& v : variants) {
@@ -428,6 +429,43 @@ TEST_CASE("bf16 tile: 64x128 up to 64 rows per group, up to 48 where K >= 6144 (
   CHECK(tile_m(256, 64, 4096, 7168) == 128);  // DeepSeek-V3 up 2048 tokens: 0.948x on 128x256
   CHECK(tile_m(256, 48, 4096, 7168) == 64);   // DeepSeek-V3 up 1536 tokens: level
   CHECK(tile_m(256, 32, 4096, 7168) == 64);   // DeepSeek-V3 up 1024 tokens
+}
+
+TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group where 1/8 of the groups end 1-24 rows past a whole tile (v40)", "[tuning][heuristic]") {
+  auto choose = [](const std::vector<int>& rows, int n, int k) {
+    long long total = 0;
+    for (int r : rows) total += r;
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)rows.size(), n, k, total, rows};
+    return choose_spec(p, kHopper, 132);
+  };
+  // DeepSeek-V3 at 4096 tokens, 128 +- 11 rows: about half the groups end a few rows into a second tile.
+  std::mt19937 rng(7);
+  std::vector<int> deepseek(256);
+  for (int& r : deepseek) r = 117 + (int)(rng() % 23);
+  KernelSpec s = choose(deepseek, 4096, 7168);
+  CHECK(s.tail == 24);
+  CHECK(s.cluster_m * s.cluster_n == 1);
+  CHECK(choose(deepseek, 7168, 2048).tail == 24);  // down
+  // Whole tiles everywhere, or ends more than 24 rows in: none.
+  CHECK(choose(std::vector<int>(256, 128), 7168, 2048).tail == 0);
+  CHECK(choose(std::vector<int>(256, 128 + 40), 7168, 2048).tail == 0);
+  // From 320 rows per group (long, compute-bound launches: 1.01-1.03x at 512+ rows): none.
+  std::vector<int> large(256);
+  for (int& r : large) r = 490 + (int)(rng() % 45);
+  CHECK(choose(large, 7168, 2048).tail == 0);
+  // 1 of 8 groups is enough, 1 of 9 is not.
+  std::vector<int> one_in_8(8, 256), one_in_9(9, 256);
+  one_in_8[3] = 256 + 5;
+  one_in_9[3] = 256 + 5;
+  CHECK(choose(one_in_8, 4096, 2048).tail == 24);
+  CHECK(choose(one_in_9, 4096, 2048).tail == 0);
+  // Without the host's group sizes, or on a tile that has none: none.
+  GemmProblem unknown{GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 7168, 2048, 32768, {}};
+  CHECK(choose_spec(unknown, kHopper, 132).tail == 0);
+  CHECK(choose(std::vector<int>(256, 40), 4096, 7168).tail == 0);  // 64x128
+  // Prewarm builds the twin.
+  auto variants = routing_variants(s, 7168);
+  CHECK(std::find_if(variants.begin(), variants.end(), [](const KernelSpec& v) { return v.tail == 0; }) != variants.end());
 }
 
 TEST_CASE("tuning table: stores, merges, survives garbage lines, disabled without a folder", "[tuning]") {

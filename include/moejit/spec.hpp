@@ -4,7 +4,7 @@
 //   tile=128x128x32,stages=4,warps=2x4,cluster=1x1,sched=static,fuse=none,act=none
 //
 // A GLU activation adds ",glu=interleaved|split" after act (printed only then, or when split);
-// ",b_scales=", ",split=" and ",band=" follow when not their defaults.
+// ",b_scales=", ",split=", ",band=" and ",tail=" follow when not their defaults.
 //
 // to_text() prints every field in that order; parse() accepts the fields in any order,
 // fills omitted ones with defaults, and rejects unknown fields or values with a SpecError
@@ -50,6 +50,11 @@ enum class SplitK { none, tail };
 // group's A larger than L2 is read from DRAM about once instead of once per few N tiles
 // (kernel_templates/moejit/common/scheduler.cuh; opt-in: no gain measured on the suite, docs/perf.md
 // v31). Printed as ",band=b" when not 0.
+// Absorbed tail rows (Hopper bf16/f16, unfused, tile 128x256x64, cluster 1x1 or 1x2, no split): tail = t
+// lets a group's last whole 128-row tile also multiply the up to t rows past it (roles swapped, on the
+// tile's own B stages), instead of a tile of its own that would load the whole B tile for a few rows
+// (docs/perf.md v40). The stages then hold t more A rows and the C staging one chunk per consumer.
+// 0 or 24; printed as ",tail=t" when not 0.
 inline bool is_glu(Activation a) { return a == Activation::swiglu || a == Activation::swiglu_oai; }
 
 // Compute capability, e.g. {9, 0, true} is sm_90a (arch-specific features: wgmma, setmaxnreg).
@@ -108,6 +113,7 @@ struct KernelSpec {
   ScaleB b_scales = ScaleB::blocks;  // a = b = e4m3 only
   SplitK split = SplitK::none;       // hopper bf16/f16/e4m3, unfused, cluster 1x1 only
   int band = 0;                      // hopper only: M tiles per band of the tile order (0 = off)
+  int tail = 0;                      // hopper 16-bit only: rows a group's last 128-row tile absorbs (0 or 24)
 
   std::string to_text() const;
   static KernelSpec parse(std::string_view text);  // throws SpecError

@@ -33,6 +33,16 @@ constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 // 128x256 whose last partial round runs in pieces of K (split=tail, plan_split_tail).
 constexpr TileChoice kHopperLargeSplit = {{128, 256, 64}, 4, 1, 1, 1, SplitK::tail};
 constexpr int kSplitTailMinK = 4096;
+// Absorbed tail rows (tail=24, v40): a group's last whole 128-row tile also multiplies the up to 24
+// rows past it, where at least 1 / kTailMinShareInverse of the active groups end that way (random
+// routing ends about half of the groups a few rows into a tile) and the groups are short of
+// kTailMaxMeanRows. In turns on the H100 (two processes): 128-256 rows per group 0.92-0.98x the time
+// (DeepSeek-V3 up / down 4096 0.915-0.957 / 0.943-0.947, Qwen3 up 4096 0.96-0.97, gpt-oss 4096 0.98,
+// Mixtral up 1024 0.97); from 512 rows, where the launches are long and compute-bound, 0.99-1.03x
+// (the single C staging chunk and the tail's MMAs; docs/results/2026-11-27-v40-tail-rows-turns.txt).
+constexpr int kTailRows = 24;
+constexpr int kTailMinShareInverse = 8;
+constexpr double kTailMaxMeanRows = 320;
 // FP8 block-scaled (hopper_fp8/). 128x192: each consumer 64x192, 1.5x the MMA work per promotion
 // and per A byte of 128x128. Re-measured on v13's kernels (H100, same process, two processes, every
 // tile x scheduler at 1024/4096/16384 tokens; docs/results/2026-11-25-v13-fp8-tile-sweep.txt):
@@ -312,10 +322,25 @@ KernelSpec with_split_tail(KernelSpec spec, const GemmProblem& problem, long lon
 
 std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k) {
   std::vector<KernelSpec> out = {chosen};
+  auto add = [&](const KernelSpec& s) {
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  };
   if (may_split_tail(chosen, k)) {
     KernelSpec twin = chosen;
     twin.split = chosen.split == SplitK::tail ? SplitK::none : SplitK::tail;
-    out.push_back(twin);
+    twin.tail = 0;  // split launches absorb no tail rows
+    add(twin);
+  }
+  // Absorbed tail rows follow the group sizes as well: the unsplit config with and without them.
+  if (chosen.family == KernelFamily::hopper && (chosen.a == DType::bf16 || chosen.a == DType::f16) &&
+      chosen.tile == kHopperLarge.tile && chosen.stages == kHopperLarge.stages && chosen.cluster_m == 1 &&
+      !chosen.fusion.any()) {
+    KernelSpec unsplit = chosen;
+    unsplit.split = SplitK::none;
+    for (int tail : {0, kTailRows}) {
+      unsplit.tail = tail;
+      add(unsplit);
+    }
   }
   return out;
 }
@@ -477,6 +502,16 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && spec.scheduler == Scheduler::dynamic &&
       spec.split != SplitK::tail && problem.k >= kPairLongKMinK && mean_rows >= kPairLongKMinRows && mean_rows < 256)
     spec.cluster_m = 2;
+  // Absorbed tail rows where the host's group sizes show enough groups ending 1-24 rows past a
+  // whole tile: such a tile of its own loads the whole B tile for a few rows (docs/perf.md v40).
+  if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
+      spec.split == SplitK::none && spec.cluster_m == 1 && !spec.fusion.any() && !problem.group_rows.empty() &&
+      mean_rows < kTailMaxMeanRows) {
+    long long ending_in_tail = 0;
+    for (int r : problem.group_rows)
+      if (r > spec.tile.m && r % spec.tile.m != 0 && r % spec.tile.m <= kTailRows) ++ending_in_tail;
+    if (ending_in_tail * kTailMinShareInverse >= active) spec.tail = kTailRows;
+  }
   spec.validate();
   return spec;
 }
@@ -507,6 +542,18 @@ std::vector<KernelSpec> family_candidates(const Arch& arch, KernelFamily family)
             s.validate();
             out.push_back(s);
           }
+  // Absorbed tail rows: the 128x256 single-CTA and 1x2 configs, bf16 with each C type and f16 -> f16.
+  if (family == KernelFamily::hopper) {
+    std::vector<KernelSpec> tails;
+    for (KernelSpec s : out)
+      if (s.tile == kHopperLarge.tile && s.stages == kHopperLarge.stages && s.split == SplitK::none && s.cluster_m == 1 &&
+          (s.a == DType::bf16 || s.c == DType::f16)) {
+        s.tail = kTailRows;
+        s.validate();
+        tails.push_back(s);
+      }
+    out.insert(out.end(), tails.begin(), tails.end());
+  }
   return out;
 }
 

@@ -171,6 +171,7 @@ std::string KernelSpec::to_text() const {
   if (b_scales != ScaleB::blocks) out += fmt::format(",b_scales={}", moejit::to_text(b_scales));  // earlier texts and keys unchanged
   if (split != SplitK::none) out += fmt::format(",split={}", moejit::to_text(split));
   if (band != 0) out += fmt::format(",band={}", band);
+  if (tail != 0) out += fmt::format(",tail={}", tail);
   return out;
 }
 
@@ -247,13 +248,14 @@ KernelSpec KernelSpec::parse(std::string_view text) {
   if (auto v = take("b_scales")) s.b_scales = kScaleBs.parse("b_scales", *v);
   if (auto v = take("split")) s.split = kSplitKs.parse("split", *v);
   if (auto v = take("band")) s.band = parse_int("band", *v);
+  if (auto v = take("tail")) s.tail = parse_int("tail", *v);
 
-  static constexpr std::array<std::string_view, 19> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
+  static constexpr std::array<std::string_view, 20> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
                                                               "tile",   "stages", "warps", "cluster", "sched", "fuse", "act",
-                                                              "glu",    "gather_by", "b_scales", "split", "band"};
+                                                              "glu",    "gather_by", "b_scales", "split", "band", "tail"};
   for (auto& [name, value] : fields)
     if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end())
-      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales, split, band)", name));
+      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales, split, band, tail)", name));
   return s;
 }
 
@@ -278,6 +280,7 @@ bool KernelSpec::stages_c() const {
   // GEMM1: w4_fused_tma_store); its staging is counted in w4_sm90_c_staging_bytes.
   if (is_weight_only_4bit()) return tile.m >= 128 && (!fusion.epilogue() || (fusion.glu_activation() && !fusion.scatter_c));
   if (a == DType::e4m3) return fp8_stage_bytes() + kCStagingBytes <= 227 * 1024;
+  if (tail != 0) return true;  // validate() checks that the stages with the tail rows and one chunk per consumer fit
   return stages * (tile.m + tile.n) * 128 + 2048 + kCStagingBytes <= 227 * 1024;
 }
 
@@ -307,6 +310,8 @@ int KernelSpec::dynamic_smem_bytes() const {
     return stages * ((tile.m + tail) * 128 + (tile.n / 128) * w4_sm90_block_bytes(b == DType::nvfp4)) + 2048 +
            w4_sm90_c_staging_bytes(tile.m, fusion.epilogue());
   }
+  // Absorbed tail rows (tail=t): t more A rows per stage, and one 8 KB C chunk per consumer.
+  if (family == KernelFamily::hopper && tail != 0) return stages * (tile.m + tile.n + tail) * 128 + 2048 + kCStagingBytes / 2;
   if (family == KernelFamily::hopper) return stages * (tile.m + tile.n) * 64 * 2 + 2048 + (stages_c() ? kCStagingBytes : 0);
   // Portable: the cp.async ring (rows padded by 16 bytes against bank conflicts), reused by
   // the epilogue to stage C for 16-byte stores.
@@ -415,6 +420,16 @@ void KernelSpec::validate() const {
   if (band < 0 || band > 1024) fail("band={} (M tiles per band of the tile order: 0 = off, at most 1024)", band);
   if (band != 0 && family != KernelFamily::hopper)
     fail("band={} on family={} (tile bands are built for the Hopper families)", band, moejit::to_text(family));
+  if (tail != 0) {
+    if (tail != 24) fail("tail={} (rows a group's last 128-row tile absorbs: 0 or 24)", tail);
+    if (!(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16) && b == a && !fusion.any() &&
+          split == SplitK::none && tile.m == 128 && tile.n == 256 && tile.k == 64 && cluster_m == 1 && c != DType::e4m3))
+      fail("tail={} needs family=hopper, a=b=bf16|f16, fuse=none, act=none, split=none, tile=128x256x64 and cluster=1x1 "
+           "or 1x2 (absorbed tail rows are built for the unfused 16-bit 128x256 kernel)",
+           tail);
+    if (stages * (tile.m + tile.n + tail) * 128 + 2048 + kCStagingBytes / 2 > 227 * 1024)
+      fail("tail={} with stages={}: the stages with the tail rows do not fit in 227 KB (stages=4)", tail, stages);
+  }
   if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
     fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));
   if (cluster_m != 1 || cluster_n != 1) {

@@ -144,11 +144,15 @@ constexpr unsigned kCStageBytesPerConsumer = 2 * kCStageChunkBytes;
 
 // The next chunk buffer of this warpgroup's staging, once every TMA store that read it has read it
 // (the leader waits, then the warpgroup syncs): see above. whole: the slice has all 64 rows.
+// kBuffers == 1 (the kernels with absorbed tail rows, whose stages take the second buffer's room):
+// one buffer, every chunk waits for all stores' reads.
+template <int kBuffers = 2>
 __device__ __forceinline__ unsigned acquire_c_chunk(unsigned staging, unsigned& state, bool whole, bool leader,
                                                     int barrier_id) {
-  const unsigned buf = staging + c_staging_buffer(state) * kCStageChunkBytes;
-  const bool wait_all = c_staging_wait_all(state);
-  state = c_staging_next(state, whole);
+  static_assert(kBuffers == 1 || kBuffers == 2, "one or two chunk buffers per consumer");
+  const unsigned buf = kBuffers == 1 ? staging : staging + c_staging_buffer(state) * kCStageChunkBytes;
+  const bool wait_all = kBuffers == 1 || c_staging_wait_all(state);
+  if constexpr (kBuffers == 2) state = c_staging_next(state, whole);
   if (leader) {
     if (wait_all)
       tma_store_wait_read<0>();
@@ -194,11 +198,11 @@ __device__ __forceinline__ void flush_c_chunk(void* c, const TmaDescriptor& tma_
   }
 }
 
-// staging: this warpgroup's two chunk buffers (1024-byte aligned); row: first row of the slice
+// staging: this warpgroup's kBuffers chunk buffers (1024-byte aligned); row: first row of the slice
 // in C (absolute); rows: its rows inside the group (1..64); n0: its first column; n: columns of C (chunks wholly past it are skipped, the
 // map clips the rest); barrier_id: this warpgroup's named barrier; state: the buffers' state
 // (c_staging_*), kept by the caller from tile to tile, 0 at first.
-template <int kTypeC, int kWgN>
+template <int kTypeC, int kWgN, int kBuffers = 2>
 __device__ __forceinline__ void store_accumulators_staged(const GroupedGemmParams& p, const TmaDescriptor& tma_c,
                                                           const float (&acc)[kWgN / 2], unsigned staging, int row,
                                                           int rows, int n0, int warp_in_group, int lane,
@@ -213,7 +217,7 @@ __device__ __forceinline__ void store_accumulators_staged(const GroupedGemmParam
 #pragma unroll
   for (int chunk = 0; chunk < kWgN / kChunkCols; ++chunk) {
     if (n0 + chunk * kChunkCols >= n) break;  // uniform over the warpgroup
-    const unsigned buf = acquire_c_chunk(staging, state, whole, leader, barrier_id);
+    const unsigned buf = acquire_c_chunk<kBuffers>(staging, state, whole, leader, barrier_id);
     if constexpr (kTypeC == kF32) {
       // Lane: row lane/4 (+8), columns 2(lane%4), +1 of each 8-column group: 8 bytes inside
       // 16-byte unit (2 j + (lane%4)/2) of the 128-byte row; the swizzle XORs the unit with row % 8.

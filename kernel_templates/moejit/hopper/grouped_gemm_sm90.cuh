@@ -25,6 +25,7 @@
 #include "moejit/hopper/cluster.cuh"
 #include "moejit/hopper/fused_epilogue.cuh"
 #include "moejit/hopper/gather.cuh"
+#include "moejit/hopper/tail_rows.cuh"
 
 namespace moejit::hopper {
 
@@ -44,15 +45,24 @@ constexpr int kMaxSmemBytes = 232448;  // 227 KB per block on sm_90
 //                                          two 8 KB chunk buffers per consumer warpgroup
 // Must be <= 232448 (227 KB), e.g. 128x256: 4 stages (staged C), 128x128: 6 stages (staged C),
 // 64x256: 5 stages (direct stores).
-template <int kBlockM, int kBlockN, int kStages>
+// Absorbed tail rows (kTailRows, KernelSpec::tail): each stage holds kTailRows more rows of A, and
+// the C staging one 8 KB chunk per consumer (128x256 at 4 stages: 231424 bytes, as without).
+template <int kBlockM, int kBlockN, int kStages, int kTailRows = 0>
 __host__ __device__ constexpr bool c_staged() {
-  return kStages * (kBlockM + kBlockN) * kBlockK * 2 + 2048 + 2 * (int)kCStageBytesPerConsumer <= kMaxSmemBytes;
+  return kTailRows != 0 ||
+         kStages * (kBlockM + kBlockN) * kBlockK * 2 + 2048 + 2 * (int)kCStageBytesPerConsumer <= kMaxSmemBytes;
 }
 
-template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler>
+// C staging of one consumer warpgroup: two chunk buffers, or one beside absorbed tail rows.
+template <int kTailRows>
+__host__ __device__ constexpr unsigned c_staging_per_consumer() {
+  return kTailRows != 0 ? kCStageChunkBytes : kCStageBytesPerConsumer;
+}
+
+template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler, int kTailRows = 0>
 __host__ __device__ constexpr int smem_bytes() {
-  return kStages * (kBlockM + kBlockN) * kBlockK * 2 + 2048 +
-         (c_staged<kBlockM, kBlockN, kStages>() ? 2 * (int)kCStageBytesPerConsumer : 0);
+  return kStages * (kBlockM + kBlockN + kTailRows) * kBlockK * 2 + 2048 +
+         (c_staged<kBlockM, kBlockN, kStages, kTailRows>() ? 2 * (int)c_staging_per_consumer<kTailRows>() : 0);
 }
 
 // kClusterN == 2: CTA pairs (a 1x2 cluster) take the two N tiles 2j, 2j+1 of one (group, M tile):
@@ -79,11 +89,16 @@ __host__ __device__ constexpr int smem_bytes() {
 // kSplitTail (split=tail, unfused single CTAs): the work units are those of common/split_tail.cuh;
 // a unit that is a piece of a tile loads and multiplies only its K blocks, and its consumers
 // exchange partial sums through the workspace (split_reduce) before the last piece stores C.
+//
+// kTailRows (tail=24, unfused 128x256 on 1x1 or 1x2): a group's last whole 128-row tile also takes
+// the up to kTailRows rows past it (GroupTileCursor's kTailRows), loaded by tma_tail (kTailRows-row
+// boxes) into the stage after the tile's 128 rows and multiplied with the roles swapped on the
+// consumer's B slice (hopper/tail_rows.cuh) in a k-loop of its own.
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
-          int kClusterN, class Fuse, int kClusterM = 1, bool kSplitTail = false>
+          int kClusterN, class Fuse, int kClusterM = 1, bool kSplitTail = false, int kTailRows = 0>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
                                              const TmaDescriptor& tma_b, const TmaDescriptor& tma_c,
-                                             const FusionParams* f) {
+                                             const FusionParams* f, const TmaDescriptor* tma_tail = nullptr) {
   static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM must be 64 or 128");
   static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 192 || kBlockN == 256,
                 "kBlockN must be 64, 128, 192 or 256 (TMA box <= 256 rows; wgmma_ops.cuh widths)");
@@ -97,6 +112,9 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   static_assert(!(Fuse::gather && kClusterN != 1), "gathered A rows are not multicast: fuse=gather pairs share B (2x1) or none");
   static_assert(!kSplitTail || (!Fuse::any && kClusterM * kClusterN == 1),
                 "split=tail: unfused single-CTA kernels only (a bias would be added once per piece)");
+  static_assert(kTailRows == 0 || (kTailRows == 24 && kBlockM == 128 && kBlockN == 256 && !Fuse::any && !kSplitTail &&
+                                   kClusterM == 1),
+                "absorbed tail rows: 24, unfused 128x256 on 1x1 or 1x2, no split");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // columns one consumer warpgroup computes
@@ -114,10 +132,14 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   constexpr unsigned kABytes = kBlockM * kRowBytes;
   constexpr unsigned kAHalfBytes = 64 * kRowBytes;  // A is loaded in 64-row boxes
   constexpr unsigned kBBytes = kBlockN * kRowBytes;
+  constexpr unsigned kTailBytes = kTailRows * kRowBytes;  // absorbed tail rows, after the tile's A in its stage
+  constexpr unsigned kAStageBytes = kABytes + kTailBytes;
+  constexpr unsigned kCStagePerConsumer = c_staging_per_consumer<kTailRows>();
+  constexpr int kCBuffers = kTailRows != 0 ? 1 : 2;
   constexpr unsigned kStageTxBytes = kABytes + kBBytes;
   constexpr int kConsumerWarps = 8;
   constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
-  constexpr bool kStaged = c_staged<kBlockM, kBlockN, kStages>();
+  constexpr bool kStaged = c_staged<kBlockM, kBlockN, kStages, kTailRows>();
   constexpr bool kPairN = kClusterN == 2;  // 1x2: the pair shares A
   constexpr bool kPairM = kClusterM == 2;  // 2x1: the pair shares B
   constexpr bool kPaired = kPairN || kPairM;
@@ -127,15 +149,16 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   const int clusters = kPaired ? cluster_count_x() : (int)gridDim.x;
 
   Acc::declare();  // in the kernel's entry block, so that the declaration precedes every use in the PTX
+  if constexpr (kTailRows != 0) TailAccRegs::declare();
 
   // Layout: [A stages][B stages][C staging, if kStaged][full bars][empty bars][tile full bars]
   //         [tile empty bars][tile ring]
   extern __shared__ unsigned char moejit_smem[];
   const unsigned smem_base = smem_addr(moejit_smem);
   const unsigned a_stages = (smem_base + 1023u) & ~1023u;
-  const unsigned b_stages = a_stages + kStages * kABytes;
+  const unsigned b_stages = a_stages + kStages * kAStageBytes;
   const unsigned c_staging = b_stages + kStages * kBBytes;
-  const unsigned full_bars = c_staging + (kStaged ? 2 * kCStageBytesPerConsumer : 0u);
+  const unsigned full_bars = c_staging + (kStaged ? 2 * kCStagePerConsumer : 0u);
   const unsigned empty_bars = full_bars + 8 * kStages;
   const unsigned tile_full_bars = empty_bars + 8 * kStages;
   const unsigned tile_empty_bars = tile_full_bars + 8 * kTileRing;
@@ -172,7 +195,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   // 1x2: the cursor walks (group, M tile, pair of N tiles); this CTA's N tile is 2 j + rank.
   // 2x1: it walks pair units (GroupTileCursor's kPairs): M tiles 2 i + rank of a (group, N tile), or
   // a group's odd last M tile at N tiles 2 j + rank (pair_unit_tile).
-  GroupTileCursor<kLayout, kBlockM, kBlockN * kClusterN, 0, MOEJIT_TILE_BAND, kPairM> cursor;
+  GroupTileCursor<kLayout, kBlockM, kBlockN * kClusterN, kTailRows, MOEJIT_TILE_BAND, kPairM> cursor;
   const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
   TileCoord tile;
 
@@ -249,8 +272,12 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         const int b_row = tile.group * p.n + n_block * kBlockN;
         // A 128-row tile whose group ends in its first half needs only that half of A.
         const bool a_upper = kBlockM == 128 && tile.m_block * kBlockM + 64 < tile.group_rows;
+        // Absorbed tail rows: the group's last whole tile also takes the up to kTailRows rows after it.
+        const int rows_after = tile.group_rows - (tile.m_block + 1) * kBlockM;
+        const bool has_tail = kTailRows != 0 && rows_after > 0 && rows_after <= kTailRows;
         const unsigned tx_bytes = kPairM ? (has_a ? (a_upper ? kABytes : kAHalfBytes) : 0u) + kBBytes
-                                         : (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u);
+                                         : (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u) +
+                                               (has_tail ? kTailBytes : 0u);
         // 2x1: this unit's B tile into the stage (both CTAs' consumers freed the slot).
         auto load_b_pair = [&](unsigned b_stage, unsigned full, int k) {
           load_b_pair_tile<kBlockN, kWgN, Fuse::glu_split>(b_stage, tma_b, full, k, tile.group, n_block, p.n, b_row, rank,
@@ -283,9 +310,9 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
                                                             tile.group, n_block, p.n);
             }
             if constexpr (Fuse::gather_tma) {
-              tma_rows.copy_k_block(a_stages + stage * kABytes, tma_a, full, kb * kBlockK, (int)threadIdx.x);
+              tma_rows.copy_k_block(a_stages + stage * kAStageBytes, tma_a, full, kb * kBlockK, (int)threadIdx.x);
             } else {
-              rows.copy_k_block(a_stages + stage * kABytes, a_base, p.k, kb * kBlockK);
+              rows.copy_k_block(a_stages + stage * kAStageBytes, a_base, p.k, kb * kBlockK);
               cp_async_mbarrier_arrive_noinc(full);
             }
             if (++stage == kStages) stage = 0, phase ^= 1;
@@ -294,7 +321,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         }
         for (int kb = kb_begin; kb < kb_end; ++kb) {
           const unsigned full = full_bars + 8 * stage;
-          const unsigned a_stage = a_stages + stage * kABytes;
+          const unsigned a_stage = a_stages + stage * kAStageBytes;
           if constexpr (kPairM) {
             // Rank r loads its own A, and B by load_b_pair.
             mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
@@ -315,11 +342,14 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
             } else if (a_upper) {
               tma_load_2d_multicast(a_stage + kAHalfBytes, tma_a, full, kb * kBlockK, a_row + 64, 3);
             }
+            // Tail rows: each CTA of the pair loads its own (its own bytes in tx_bytes).
+            if (kTailRows != 0 && has_tail) tma_load_2d(a_stage + kABytes, *tma_tail, full, kb * kBlockK, a_row + kBlockM);
           } else {
             mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
             mbarrier_arrive_expect_tx(full, tx_bytes);
             tma_load_2d(a_stage, tma_a, full, kb * kBlockK, a_row);
             if (a_upper) tma_load_2d(a_stage + kAHalfBytes, tma_a, full, kb * kBlockK, a_row + 64);
+            if (kTailRows != 0 && has_tail) tma_load_2d(a_stage + kABytes, *tma_tail, full, kb * kBlockK, a_row + kBlockM);
           }
           if constexpr (Fuse::glu_split) {
             if (has_b) load_b_tile<kBlockN, kWgN, true>(b_stages + stage * kBBytes, tma_b, full, kb * kBlockK, tile.group, n_block, p.n);
@@ -352,8 +382,12 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     // (128x256, docs/perf.md v15).
     const unsigned long long a_desc0 = wgmma_desc_sw128(a_stages + a_offset);
     const unsigned long long b_desc0 = wgmma_desc_sw128(b_stages + b_offset);
+    // Absorbed tail rows: this consumer's 128 weight rows of the B tile, and the tail rows after the tile's A.
+    const unsigned long long w_desc0 = wgmma_desc_sw128(b_stages + consumer * (kBlockN / 2) * kRowBytes);
+    const unsigned long long t_desc0 = wgmma_desc_sw128(a_stages + kABytes);
     float acc[kAccRegs];  // the C++ copy the epilogue (and the bias set-up) works on
     Acc::zero();
+    if constexpr (kTailRows != 0) TailAccRegs::zero();
     int stage = 0;
     unsigned phase = 0;
     int ring_slot = 0;
@@ -419,12 +453,54 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       } else if constexpr (kSetAccPerTile) {
         Acc::zero();
       }
+      if constexpr (kTailRows != 0) {
+        // The group's last whole tile with the group's last rows_after rows (1..kTailRows): the
+        // tile's wgmmas and, roles swapped, this consumer's 128 weight rows against the tail rows
+        // (tail_rows.cuh). A k-loop of its own, as the stage-passing one above: tiles without tail
+        // rows run the loop below as kernels without them do.
+        const int rows_after = tile.group_rows - (tile.m_block + 1) * kBlockM;
+        if (rows_after > 0 && rows_after <= kTailRows) {
+          int prev_stage = 0;
+          for (int kb = kb_begin; kb < kb_end; ++kb) {
+            mbarrier_wait(full_bars + 8 * stage, phase);
+            const unsigned long long a_desc = wgmma_desc_advance<kAStageBytes>(a_desc0, stage);
+            const unsigned long long b_desc = wgmma_desc_advance<kBBytes>(b_desc0, stage);
+            const unsigned long long w_desc = wgmma_desc_advance<kBBytes>(w_desc0, stage);
+            const unsigned long long t_desc = wgmma_desc_advance<kAStageBytes>(t_desc0, stage);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < kBlockK / 16; ++k) {
+              const int scale_d = ((kb - kb_begin) | k) != 0;
+              Mma::mma_named(wgmma_desc_advance<32>(a_desc, k), wgmma_desc_advance<32>(b_desc, k), scale_d);
+              tail_mma<0, kTypeAB == kF16>(wgmma_desc_advance<32>(w_desc, k), wgmma_desc_advance<32>(t_desc, k), scale_d);
+              tail_mma<1, kTypeAB == kF16>(wgmma_desc_advance<32>(wgmma_desc_advance<64 * kRowBytes>(w_desc, 1), k),
+                                           wgmma_desc_advance<32>(t_desc, k), scale_d);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();
+            if (kb > kb_begin && lane == 0) release_stage(empty_bars + 8 * prev_stage);
+            prev_stage = stage;
+            if (++stage == kStages) stage = 0, phase ^= 1;
+          }
+          wgmma_wait<0>();
+          Acc::read(acc);
+          float tail[kTailAccRegs];
+          TailAccRegs::read(tail);
+          if (kb_end > kb_begin && lane == 0) release_stage(empty_bars + 8 * prev_stage);
+          store_tail_rows<kTypeC>(p, tail, tile.row_begin + (tile.m_block + 1) * kBlockM, rows_after,
+                                  n_block * kBlockN + consumer * (kBlockN / 2), warp_in_group, lane);
+          store_accumulators_staged<kTypeC, kWgN, kCBuffers>(p, tma_c, acc, c_staging + consumer * kCStagePerConsumer,
+                                                             tile.row_begin + m_first, 64, n_block * kBlockN + tile_col0,
+                                                             warp_in_group, lane, 1 + consumer, c_state);
+          continue;
+        }
+      }
       int prev_stage = 0;
       for (int kb = kb_begin; kb < kb_end; ++kb) {
         mbarrier_wait(full_bars + 8 * stage, phase);
         // fuse=gather: A came through the generic proxy (cp.async); order it before wgmma's reads.
         if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
-        const unsigned long long a_desc = wgmma_desc_advance<kABytes>(a_desc0, stage);
+        const unsigned long long a_desc = wgmma_desc_advance<kAStageBytes>(a_desc0, stage);
         const unsigned long long b_desc = wgmma_desc_advance<kBBytes>(b_desc0, stage);
         wgmma_fence();
 #pragma unroll
@@ -451,14 +527,14 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 
       const int n0 = n_block * kBlockN + tile_col0;
       if constexpr (Fuse::epilogue) {
-        fused_epilogue<kTypeC, kWgN, kStaged, Fuse>(p, *f, tma_c, acc, c_staging + consumer * kCStageBytesPerConsumer,
+        fused_epilogue<kTypeC, kWgN, kStaged, Fuse>(p, *f, tma_c, acc, c_staging + consumer * kCStagePerConsumer,
                                                     tile.group, tile.row_begin, tile.group_rows, m_first,
                                                     min(rows_here, 64), n_block * kBlockN, tile_col0, warp_in_group,
                                                     lane, 1 + consumer, c_state);
       } else if constexpr (kStaged) {
-        store_accumulators_staged<kTypeC, kWgN>(p, tma_c, acc, c_staging + consumer * kCStageBytesPerConsumer,
-                                                tile.row_begin + m_first, min(rows_here, 64), n0, warp_in_group,
-                                                lane, 1 + consumer, c_state);
+        store_accumulators_staged<kTypeC, kWgN, kCBuffers>(p, tma_c, acc, c_staging + consumer * kCStagePerConsumer,
+                                                           tile.row_begin + m_first, min(rows_here, 64), n0, warp_in_group,
+                                                           lane, 1 + consumer, c_state);
       } else {
         const int m0 = m_first + warp_in_group * 16;  // group-local row of this warp
         store_accumulators<kTypeC, kWgN>(p, acc, tile.row_begin, tile.group_rows, m0, n0, lane);
@@ -471,13 +547,15 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   if constexpr (kPaired) cluster_sync();
 }
 
-// The unfused kernel (its generated code is unchanged by the fusions).
+// The unfused kernel (its generated code is unchanged by the fusions). tma_tail: the tail rows'
+// map (kTailRows-row boxes of A) of a kernel with absorbed tail rows, else null.
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
-          int kClusterN = 1, int kClusterM = 1, bool kSplitTail = false>
+          int kClusterN = 1, int kClusterM = 1, bool kSplitTail = false, int kTailRows = 0>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
-                                             const TmaDescriptor& tma_b, const TmaDescriptor& tma_c) {
-  grouped_gemm<kBlockM, kBlockN, kStages, kTypeAB, kTypeC, kLayout, kScheduler, kClusterN, NoFusion, kClusterM, kSplitTail>(
-      p, tma_a, tma_b, tma_c, nullptr);  // a pointer: a FusionParams{} temporary renumbered the PTX
+                                             const TmaDescriptor& tma_b, const TmaDescriptor& tma_c,
+                                             const TmaDescriptor* tma_tail = nullptr) {
+  grouped_gemm<kBlockM, kBlockN, kStages, kTypeAB, kTypeC, kLayout, kScheduler, kClusterN, NoFusion, kClusterM, kSplitTail,
+               kTailRows>(p, tma_a, tma_b, tma_c, nullptr, tma_tail);  // a pointer: a FusionParams{} temporary renumbered the PTX
 }
 
 }  // namespace moejit::hopper
