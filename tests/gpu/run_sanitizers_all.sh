@@ -25,6 +25,7 @@ jobs_table=(
   "formats||0|fp8: every variant*,fp8: every portable*,w4: every variant*,w4: every portable*,w4: short last tiles*"
   "routing||0|[routing]"
   "split||1|split=tail: the last round*,fp8: split=tail*"
+  "tail|hopper|1|[tail]"
 )
 
 # Fill the kernel cache first, outside the sanitizers, so that no job spends its time in NVRTC
