@@ -47,39 +47,24 @@ struct TailAccRegs {
 
 // One k16 step of the tail rows for one 64-row weight slice (kSlice 0 or 1): D_s += W x T^T, W the
 // slice's 64 weight rows (desc_w), T the 24 tail rows (desc_t); scale_d == 0 overwrites (first step).
+#define MOEJIT_TAIL_ACC0 "%%tacc0, %%tacc1, %%tacc2, %%tacc3, %%tacc4, %%tacc5, %%tacc6, %%tacc7, %%tacc8, %%tacc9, %%tacc10, %%tacc11"
+#define MOEJIT_TAIL_ACC1 \
+  "%%tacc12, %%tacc13, %%tacc14, %%tacc15, %%tacc16, %%tacc17, %%tacc18, %%tacc19, %%tacc20, %%tacc21, %%tacc22, %%tacc23"
+#define MOEJIT_TAIL_MMA(TYPE, ACC)                                                                        \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"                                              \
+               "wgmma.mma_async.sync.aligned.m64n24k16.f32." TYPE "." TYPE " {" ACC "}, %0, %1, p, 1, 1, 0, 0;\n}\n" \
+               ::"l"(desc_w), "l"(desc_t), "r"(scale_d))
 template <int kSlice, bool kHalf>
 __device__ __forceinline__ void tail_mma(unsigned long long desc_w, unsigned long long desc_t, int scale_d) {
   static_assert(kSlice == 0 || kSlice == 1, "two 64-row slices per consumer");
-  if constexpr (kSlice == 0) {
-    if constexpr (kHalf) {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 {"
-          "%%tacc0, %%tacc1, %%tacc2, %%tacc3, %%tacc4, %%tacc5, %%tacc6, %%tacc7, %%tacc8, %%tacc9, %%tacc10, %%tacc11"
-          "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_w), "l"(desc_t), "r"(scale_d));
-    } else {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 {"
-          "%%tacc0, %%tacc1, %%tacc2, %%tacc3, %%tacc4, %%tacc5, %%tacc6, %%tacc7, %%tacc8, %%tacc9, %%tacc10, %%tacc11"
-          "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_w), "l"(desc_t), "r"(scale_d));
-    }
-  } else {
-    if constexpr (kHalf) {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 {"
-          "%%tacc12, %%tacc13, %%tacc14, %%tacc15, %%tacc16, %%tacc17, %%tacc18, %%tacc19, %%tacc20, %%tacc21, %%tacc22, %%tacc23"
-          "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_w), "l"(desc_t), "r"(scale_d));
-    } else {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 {"
-          "%%tacc12, %%tacc13, %%tacc14, %%tacc15, %%tacc16, %%tacc17, %%tacc18, %%tacc19, %%tacc20, %%tacc21, %%tacc22, %%tacc23"
-          "}, %0, %1, p, 1, 1, 0, 0;\n}\n" ::"l"(desc_w), "l"(desc_t), "r"(scale_d));
-    }
-  }
+  if constexpr (kSlice == 0 && kHalf) MOEJIT_TAIL_MMA("f16", MOEJIT_TAIL_ACC0);
+  if constexpr (kSlice == 0 && !kHalf) MOEJIT_TAIL_MMA("bf16", MOEJIT_TAIL_ACC0);
+  if constexpr (kSlice == 1 && kHalf) MOEJIT_TAIL_MMA("f16", MOEJIT_TAIL_ACC1);
+  if constexpr (kSlice == 1 && !kHalf) MOEJIT_TAIL_MMA("bf16", MOEJIT_TAIL_ACC1);
 }
+#undef MOEJIT_TAIL_MMA
+#undef MOEJIT_TAIL_ACC1
+#undef MOEJIT_TAIL_ACC0
 
 // The tail rows' C from the swapped accumulators: slice s, register 4j + 2h + e of lane l in warp w
 // is weight row 64 s + 16 w + l/4 + 8 h (a column of C) and tail row 8 j + 2 (l % 4) + e (a row of
