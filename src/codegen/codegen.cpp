@@ -70,11 +70,10 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
                                     : fmt::format(", {}", spec.cluster_m)),
       // split=tail: one more trailing template argument (kSplitTail), after kClusterM.
       fmt::arg("split_arg", spec.split != SplitK::none ? ", true" : spec.tail != 0 ? ", false" : ""),
-      // Absorbed tail rows (tail=t, the 16-bit Hopper kernel): kTailRows after kSplitTail, the
-      // shared-memory formula's last argument and a fourth tensor map (t-row boxes of A). Nothing
-      // without, so that the sources of other specs stay as they were.
+      // Absorbed tail rows (tail=t, the 16-bit Hopper kernel): kTailRows after kSplitTail and as
+      // the shared-memory formula's last argument, and a fourth tensor map (t-row boxes of A).
+      // Nothing without, so that the sources of other specs stay as they were.
       fmt::arg("tail_arg", spec.tail == 0 ? std::string() : fmt::format(", {}", spec.tail)),
-      fmt::arg("tail_smem_arg", spec.tail == 0 ? std::string() : fmt::format(", {}", spec.tail)),
       fmt::arg("tail_param", spec.tail == 0 ? "" : ",\n    const __grid_constant__ moejit::TmaDescriptor tma_tail"),
       fmt::arg("tail_call", spec.tail == 0 ? "" : ", &tma_tail"),
       // FP8 CTA pairs (cluster=2x1, never split): kSplitTail = false, then kClusterM.
