@@ -40,7 +40,7 @@ constexpr int kSplitTailMinK = 4096;
 // (DeepSeek-V3 up / down 4096 0.915-0.957 / 0.943-0.947, Qwen3 up 4096 0.96-0.97, gpt-oss 4096 0.98,
 // Mixtral up 1024 0.97); from 512 rows, where the launches are long and compute-bound, 0.99-1.03x
 // (the single C staging chunk and the tail's MMAs; docs/results/2026-11-27-v40-tail-rows-turns.txt).
-constexpr int kTailRows = 24;
+constexpr int kTailRows = kHopperTailRows;
 constexpr int kTailMinShareInverse = 8;
 constexpr double kTailMaxMeanRows = 320;
 // FP8 block-scaled (hopper_fp8/). 128x192: each consumer 64x192, 1.5x the MMA work per promotion

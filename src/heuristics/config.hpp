@@ -27,6 +27,10 @@ struct GemmProblem {
 // Chooses family, tile, stages and scheduler for the arch. Documented in docs/design.md.
 KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_count);
 
+// Rows a group's last whole 128-row tile absorbs where the heuristic or the tuner takes tail rows
+// (KernelSpec::tail; kernel_templates/moejit/hopper/tail_rows.cuh).
+inline constexpr int kHopperTailRows = 24;
+
 // How a split=tail launch cuts its last round (kernel_templates/moejit/common/split_tail.cuh):
 // tiles [from, from + tiles) run as `count` pieces of K each; count == 1: no tile is split.
 struct SplitTailPlan {
