@@ -457,7 +457,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         // The group's last whole tile with the group's last rows_after rows (1..kTailRows): the
         // tile's wgmmas and, roles swapped, this consumer's 128 weight rows against the tail rows
         // (tail_rows.cuh). A k-loop of its own, as the stage-passing one above: tiles without tail
-        // rows run the loop below as kernels without them do.
+        // rows run the loop below as kernels without them do. (Its bookkeeping repeats the loop
+        // below on purpose: one helper for both changed the other kernels' SASS.)
         const int rows_after = tile.group_rows - (tile.m_block + 1) * kBlockM;
         if (rows_after > 0 && rows_after <= kTailRows) {
           int prev_stage = 0;
