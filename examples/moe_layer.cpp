@@ -676,6 +676,11 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
     check_cuda(cudaStreamEndCapture(cap, &graph), "end capture");
     check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate graph");
     for (int i = 0; i < 2; ++i) check_cuda(cudaGraphLaunch(exec, cap), "graph warm-up");
+    // The capture stream does not wait for the default one, nor it for the capture stream: without
+    // this, the chained layers' first round ran beside the warm-up replays on the same buffers
+    // (group offsets, row arrays, h, the tile counters' work), which faulted or hung in most
+    // gpt-oss processes at 4096 tokens (session 47).
+    check_cuda(cudaStreamSynchronize(cap), "graph warm-up");
     auto time_chained = [&] {
       cudaEventRecord(ev[0]);
       for (int l = 0; l < kLayers; ++l) layer();
