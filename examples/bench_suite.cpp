@@ -291,8 +291,9 @@ int main(int argc, char** argv) {
   std::vector<TuneRow> tune_rows;
   const std::string format = std::getenv("FORMAT") ? std::getenv("FORMAT") : "bf16";
   const bool gather = std::getenv("BENCH_GATHER") && std::string(std::getenv("BENCH_GATHER")) != "0";
-  // BENCH_FUSE="act=swiglu,glu=split": an epilogue fusion that needs no pointers (an activation,
-  // with its GLU layout), in spec fields; the GEMM's FLOPs and the table's bytes stay the plain GEMM's.
+  // BENCH_FUSE="act=swiglu,glu=split" or "fuse=scatter+weight+bias": an epilogue fusion in spec
+  // fields (an activation with its GLU layout; scattered rows, routing weights and a bias, whose
+  // operands the bench makes: a layer's GEMM2); the GEMM's FLOPs and the table's bytes stay the plain GEMM's.
   moejit::Fusion bench_fusion;
   if (const char* fuse = std::getenv("BENCH_FUSE")) bench_fusion = moejit::KernelSpec::parse(fuse).fusion;
   const float warmup_ms = std::getenv("BENCH_WARMUP_MS") ? std::stof(std::getenv("BENCH_WARMUP_MS")) : 25.f;
@@ -438,6 +439,37 @@ int main(int argc, char** argv) {
           args.gather_rows = d_gather;
           args.num_tokens = tokens;
         }
+        // BENCH_FUSE with scatter / weight / bias (a layer's GEMM2): routed row r goes to C row
+        // perm[r] (a random permutation: C is [rows, N]), weights in [0.5, 1), a bias per expert.
+        std::vector<void*> d_fusion;
+        if (args.fusion.scatter_c || args.fusion.routing_weight || args.fusion.bias) {
+          std::mt19937 fusion_rng(tokens + 1);  // its own generator: the cases' routing stays that of a run without
+          auto upload = [&](const void* host, std::size_t bytes) {
+            void* d = nullptr;
+            check(cudaMalloc(&d, std::max<std::size_t>(bytes, 16)), "cudaMalloc fusion operand");
+            check(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), "fusion operand");
+            d_fusion.push_back(d);
+            return d;
+          };
+          std::uniform_real_distribution<float> unit(0.5f, 1.f);
+          if (args.fusion.scatter_c) {
+            std::vector<int> perm(std::max(rows, 1));
+            for (int r = 0; r < (int)perm.size(); ++r) perm[r] = r;
+            std::shuffle(perm.begin(), perm.end(), fusion_rng);
+            args.scatter_rows = static_cast<const int*>(upload(perm.data(), perm.size() * 4));
+            args.num_out_rows = rows;
+          }
+          if (args.fusion.routing_weight) {
+            std::vector<float> w(std::max(rows, 1));
+            for (float& v : w) v = unit(fusion_rng);
+            args.routing_weights = static_cast<const float*>(upload(w.data(), w.size() * 4));
+          }
+          if (args.fusion.bias) {
+            std::vector<float> b((std::size_t)m.experts * n);
+            for (float& v : b) v = unit(fusion_rng) - 0.75f;
+            args.bias = static_cast<const float*>(upload(b.data(), b.size() * 4));
+          }
+        }
         if (fp8) {
           args.ab_type = moejit::DType::e4m3;
           args.a_scales = static_cast<const float*>(d_a_scales);
@@ -455,6 +487,7 @@ int main(int argc, char** argv) {
           cudaFree(d_off);
           cudaFree(d_a_scales);
           cudaFree(d_gather);
+          for (void* q : d_fusion) cudaFree(q);
           continue;
         }
         if (tune_mode) {
@@ -497,6 +530,7 @@ int main(int argc, char** argv) {
           cudaFree(d_off);
           cudaFree(d_a_scales);
           cudaFree(d_gather);
+          for (void* q : d_fusion) cudaFree(q);
           continue;
         }
         std::vector<moejit::KernelSpec> specs = {rt.choose_spec(args)};
@@ -554,6 +588,7 @@ int main(int argc, char** argv) {
         cudaFree(d_off);
         cudaFree(d_a_scales);
         cudaFree(d_gather);
+        for (void* q : d_fusion) cudaFree(q);
       }
       cudaFree(d_b);
       cudaFree(d_b_scales);

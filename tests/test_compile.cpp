@@ -154,6 +154,9 @@ std::vector<KernelSpec> fused_variants() {
            "family=hopper,c=f32,tile=128x128x64,stages=6,fuse=gather+scatter+weight+atomic,act=swiglu_oai,glu=split",
            "family=hopper,tile=64x128x64,stages=6,layout=masked,act=gelu",
            "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=weight,act=silu",
+           // absorbed tail rows on a layer's GEMM2 (scattered rows, weighted, biased), 1x2 and 1x1
+           "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,fuse=scatter+weight+bias,tail=24",
+           "family=hopper,layout=masked,a=f16,b=f16,c=f16,tile=128x256x64,stages=4,fuse=scatter+weight,tail=24",
            // gather by one TMA copy per row
            "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu_oai,gather_by=tma",
            "family=hopper,layout=masked,tile=64x256x64,stages=5,fuse=gather,act=silu,gather_by=tma",

@@ -6,8 +6,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,7 +83,9 @@ std::vector<std::string> tile_texts(KernelFamily family) {
   if (family == KernelFamily::hopper)
     all = {"tile=128x256x64,stages=4,sched=dynamic", "tile=64x256x64,stages=5,sched=static",
            "tile=64x128x64,stages=6,sched=dynamic", "tile=128x128x64,stages=5,cluster=1x2,sched=static",
-           "tile=128x256x64,stages=4,cluster=1x2,sched=dynamic", "tile=128x256x64,stages=4,cluster=2x1,sched=dynamic"};
+           "tile=128x256x64,stages=4,cluster=1x2,sched=dynamic", "tile=128x256x64,stages=4,cluster=2x1,sched=dynamic",
+           // absorbed tail rows (the GEMM2 cases only: scattered rows, weighted, biased; v41)
+           "tile=128x256x64,stages=4,sched=dynamic,tail=24", "tile=128x256x64,stages=4,cluster=1x2,sched=static,tail=24"};
   else
     all = {"tile=128x128x32,stages=4,warps=2x4,sched=dynamic", "tile=64x128x32,stages=4,warps=2x4,sched=static",
            "tile=64x64x64,stages=3,warps=2x2,sched=dynamic"};
@@ -200,6 +204,27 @@ TEST_CASE("fusion: decode (a few tokens, many experts)", "[gpu][fusion]") {
     auto p = make(spec, 5, 2, 16, 512, 256, routing, rng);
     run_and_check(p, "decode");
   }
+}
+
+TEST_CASE("fusion: absorbed tail rows on a layer's GEMM2 (tail=24), groups ending 1-24 rows past whole tiles", "[gpu][fusion][tail]") {
+  // The unfused tail test's groups: 1, 24 and 7 rows past whole tiles (absorbed), 25 past (a tile of
+  // their own), whole tiles, empty and tiny groups; N = 320 leaves a partial N tile, K = 200 a
+  // partial k-block. Each token goes to one expert, in shuffled order, so that the scattered rows
+  // are a permutation.
+  const std::vector<int> sizes = {129, 152, 153, 280, 0, 536, 24, 1, 256, 409, 128, 1031};
+  std::mt19937 rng(2412);
+  int variants = 0;
+  for (auto& spec : fused_specs()) {
+    if (spec.tail == 0) continue;
+    std::vector<std::vector<int>> routing;
+    for (int g = 0; g < (int)sizes.size(); ++g)
+      for (int i = 0; i < sizes[g]; ++i) routing.push_back({g});
+    std::shuffle(routing.begin(), routing.end(), rng);
+    auto p = make(spec, (int)routing.size(), 1, (int)sizes.size(), 320, 200, routing, rng);
+    run_and_check(p, "tail rows");
+    ++variants;
+  }
+  WARN(fmt::format("{} fused variants with absorbed tail rows", variants));
 }
 
 TEST_CASE("fusion: rows gathered by TMA (gather_by=tma), Hopper bf16", "[gpu][fusion][gather_tma]") {

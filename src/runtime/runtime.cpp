@@ -319,10 +319,13 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
                                                64);
     std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
     TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c));
-    // Absorbed tail rows (spec.tail, unfused only): a fourth map, spec.tail-row boxes of A.
+    // Absorbed tail rows (spec.tail): one more map, spec.tail-row boxes of A.
     TmaDescriptor tma_tail = spec.tail != 0 ? make_tma_2d_swizzled(args.a, spec.a, rows, args.k, spec.tail, 64) : tma_a;
-    void* params[] = {&p, &tma_a, &tma_b, &tma_c, spec.tail != 0 ? static_cast<void*>(&tma_tail) : static_cast<void*>(&fp)};
-    // (the unfused kernel takes the first four, or five with tail rows; fused kernels take FusionParams fifth)
+    // The unfused kernel takes the first four, and the tail rows' map fifth; fused kernels take
+    // FusionParams fifth, and the tail rows' map sixth.
+    const bool unfused_tail = spec.tail != 0 && !fusion.any();
+    void* params[] = {&p, &tma_a, &tma_b, &tma_c, unfused_tail ? static_cast<void*>(&tma_tail) : static_cast<void*>(&fp),
+                      &tma_tail};
     // CTA pairs on neighbouring N tiles (1x2, A multicast) or M tiles (2x1, B multicast).
     if (spec.cluster_m * spec.cluster_n == 2) add_cta_pair(config);
     MOEJIT_CU(driver().cuLaunchKernelEx(&config, k.function, params, nullptr));

@@ -90,7 +90,8 @@ __host__ __device__ constexpr int smem_bytes() {
 // a unit that is a piece of a tile loads and multiplies only its K blocks, and its consumers
 // exchange partial sums through the workspace (split_reduce) before the last piece stores C.
 //
-// kTailRows (tail=24, unfused 128x256 on 1x1 or 1x2): a group's last whole 128-row tile also takes
+// kTailRows (tail=24, 128x256 on 1x1 or 1x2, unfused or fuse=scatter with weight / bias but no
+// activation, e.g. an MoE layer's GEMM2): a group's last whole 128-row tile also takes
 // the up to kTailRows rows past it (GroupTileCursor's kTailRows), loaded by tma_tail (kTailRows-row
 // boxes) into the stage after the tile's 128 rows and multiplied with the roles swapped on the
 // consumer's B slice (hopper/tail_rows.cuh) in a k-loop of its own.
@@ -112,9 +113,10 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   static_assert(!(Fuse::gather && kClusterN != 1), "gathered A rows are not multicast: fuse=gather pairs share B (2x1) or none");
   static_assert(!kSplitTail || (!Fuse::any && kClusterM * kClusterN == 1),
                 "split=tail: unfused single-CTA kernels only (a bias would be added once per piece)");
-  static_assert(kTailRows == 0 || (kTailRows == 24 && kBlockM == 128 && kBlockN == 256 && !Fuse::any && !kSplitTail &&
-                                   kClusterM == 1),
-                "absorbed tail rows: 24, unfused 128x256 on 1x1 or 1x2, no split");
+  static_assert(kTailRows == 0 || (kTailRows == 24 && kBlockM == 128 && kBlockN == 256 && !kSplitTail && kClusterM == 1 &&
+                                   (!Fuse::any || (Fuse::scatter && !Fuse::gather && !Fuse::glu &&
+                                                   Fuse::act == kActNone && !Fuse::atomic))),
+                "absorbed tail rows: 24, 128x256 on 1x1 or 1x2, no split, unfused or a linear scatter epilogue");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // columns one consumer warpgroup computes
@@ -472,7 +474,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 #pragma unroll
             for (int k = 0; k < kBlockK / 16; ++k) {
               const int scale_d = ((kb - kb_begin) | k) != 0;
-              Mma::mma_named(wgmma_desc_advance<32>(a_desc, k), wgmma_desc_advance<32>(b_desc, k), scale_d);
+              Mma::mma_named(wgmma_desc_advance<32>(a_desc, k), wgmma_desc_advance<32>(b_desc, k),
+                             kSetAccPerTile || scale_d);
               tail_mma<0, kTypeAB == kF16>(wgmma_desc_advance<32>(w_desc, k), wgmma_desc_advance<32>(t_desc, k), scale_d);
               tail_mma<1, kTypeAB == kF16>(wgmma_desc_advance<32>(wgmma_desc_advance<64 * kRowBytes>(w_desc, 1), k),
                                            wgmma_desc_advance<32>(t_desc, k), scale_d);
@@ -488,11 +491,22 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           float tail[kTailAccRegs];
           TailAccRegs::read(tail);
           if (kb_end > kb_begin && lane == 0) release_stage(empty_bars + 8 * prev_stage);
-          store_tail_rows<kTypeC>(p, tail, tile.row_begin + (tile.m_block + 1) * kBlockM, rows_after,
-                                  n_block * kBlockN + consumer * (kBlockN / 2), warp_in_group, lane);
-          store_accumulators_staged<kTypeC, kWgN, kCBuffers>(p, tma_c, acc, c_staging + consumer * kCStagePerConsumer,
-                                                             tile.row_begin + m_first, 64, n_block * kBlockN + tile_col0,
-                                                             warp_in_group, lane, 1 + consumer, c_state);
+          const int tail_row0 = tile.row_begin + (tile.m_block + 1) * kBlockM;
+          const int tail_col0 = n_block * kBlockN + consumer * (kBlockN / 2);
+          if constexpr (Fuse::epilogue) {
+            // Scattered rows: the tile's go out by direct stores (the C staging stays unused).
+            store_tail_rows_scattered<kTypeC, Fuse>(p, *f, tail, tail_row0, rows_after, tile.group, tail_col0,
+                                                    warp_in_group, lane);
+            fused_epilogue<kTypeC, kWgN, kStaged, Fuse>(p, *f, tma_c, acc, c_staging + consumer * kCStagePerConsumer,
+                                                        tile.group, tile.row_begin, tile.group_rows, m_first, 64,
+                                                        n_block * kBlockN, tile_col0, warp_in_group, lane, 1 + consumer,
+                                                        c_state);
+          } else {
+            store_tail_rows<kTypeC>(p, tail, tail_row0, rows_after, tail_col0, warp_in_group, lane);
+            store_accumulators_staged<kTypeC, kWgN, kCBuffers>(p, tma_c, acc, c_staging + consumer * kCStagePerConsumer,
+                                                               tile.row_begin + m_first, 64, n_block * kBlockN + tile_col0,
+                                                               warp_in_group, lane, 1 + consumer, c_state);
+          }
           continue;
         }
       }

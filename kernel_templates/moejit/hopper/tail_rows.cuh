@@ -12,6 +12,7 @@
 #pragma once
 #include "moejit/params.cuh"
 #include "moejit/common/types.cuh"
+#include "moejit/common/fusion.cuh"
 
 namespace moejit::hopper {
 
@@ -87,6 +88,48 @@ __device__ __forceinline__ void store_tail_rows(const GroupedGemmParams& p, cons
           const int r = 8 * j + 2 * (lane % 4) + e;
           if (r < rows) store_one<kTypeC>(p.c, static_cast<long long>(row0 + r) * p.n + col, t[12 * s + 4 * j + 2 * h + e]);
         }
+    }
+}
+
+// The same for a fused kernel with a linear epilogue on scattered rows (KernelSpec::tail: fuse=scatter,
+// with weight and bias as the spec has them, no activation): tail row r's value (+ bias[group][col])
+// x routing_weights[row0 + r] goes to C row scatter_rows[row0 + r] (out of [0, num_out_rows): not
+// written), as fused_epilogue.cuh does for the tile's rows.
+template <int kTypeC, class Fuse>
+__device__ __forceinline__ void store_tail_rows_scattered(const GroupedGemmParams& p, const FusionParams& f,
+                                                          const float (&t)[kTailAccRegs], int row0, int rows, int group,
+                                                          int col0, int warp_in_group, int lane) {
+  static_assert(Fuse::scatter && !Fuse::gather && !Fuse::glu && Fuse::act == kActNone && !Fuse::atomic,
+                "absorbed tail rows: fused with a linear epilogue on scattered rows only");
+  // This lane's six tail rows (8 j + 2 (lane % 4) + e): where each goes and its weight.
+  long long out_row[6];
+  float weight[6];
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = 8 * j + 2 * (lane % 4) + e;
+      int to = -1;
+      float w = 1.f;
+      if (r < rows) {
+        to = __ldg(f.scatter_rows + row0 + r);
+        if constexpr (Fuse::weight) w = __ldg(f.routing_weights + row0 + r);
+      }
+      out_row[2 * j + e] = (unsigned)to < (unsigned)f.num_out_rows ? to : -1;
+      weight[2 * j + e] = w;
+    }
+#pragma unroll
+  for (int s = 0; s < 2; ++s)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = col0 + 64 * s + 16 * warp_in_group + lane / 4 + 8 * h;
+      if (col >= p.n) continue;
+      float bias = 0.f;
+      if constexpr (Fuse::bias) bias = __ldg(f.bias + (long long)group * p.n + col);
+#pragma unroll
+      for (int i = 0; i < 6; ++i)
+        if (out_row[i] >= 0)
+          store_one<kTypeC>(p.c, out_row[i] * p.n + col, (t[12 * s + 4 * (i / 2) + 2 * h + i % 2] + bias) * weight[i]);
     }
 }
 
