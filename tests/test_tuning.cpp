@@ -431,7 +431,7 @@ TEST_CASE("bf16 tile: 64x128 up to 64 rows per group, up to 48 where K >= 6144 (
   CHECK(tile_m(256, 32, 4096, 7168) == 64);   // DeepSeek-V3 up 1024 tokens
 }
 
-TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group where 1/8 of the groups end 1-24 rows past a whole tile (v40)", "[tuning][heuristic]") {
+TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group (768 on a layer's GEMM2) where 1/8 of the groups end 1-24 rows past a whole tile (v40, v41)", "[tuning][heuristic]") {
   auto choose = [](const std::vector<int>& rows, int n, int k) {
     long long total = 0;
     for (int r : rows) total += r;
@@ -466,6 +466,39 @@ TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group where 1/8 of th
   // Prewarm builds the twin.
   auto variants = routing_variants(s, 7168);
   CHECK(std::find_if(variants.begin(), variants.end(), [](const KernelSpec& v) { return v.tail == 0; }) != variants.end());
+  // A layer's GEMM2 (scattered rows, weighted, biased) takes them too (v41); a gathered or
+  // activated GEMM1 and atomic combines do not.
+  auto choose_fused = [&](const char* fuse, const char* act) {
+    long long total = 0;
+    for (int r : deepseek) total += r;
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)deepseek.size(), 7168, 2048, total, deepseek};
+    p.fusion = KernelSpec::parse(fmt::format("fuse={},act={}", fuse, act)).fusion;
+    if (p.fusion.atomic) p.c_type = DType::f32;
+    return choose_spec(p, kHopper, 132);
+  };
+  KernelSpec gemm2 = choose_fused("scatter+weight+bias", "none");
+  CHECK(gemm2.tail == 24);
+  auto gemm2_variants = routing_variants(gemm2, 2048);
+  CHECK(std::find_if(gemm2_variants.begin(), gemm2_variants.end(), [](const KernelSpec& v) { return v.tail == 0; }) !=
+        gemm2_variants.end());
+  CHECK(choose_fused("gather+bias", "swiglu_oai").tail == 0);
+  // Up to 768 rows per group (no C staging to give up): DeepSeek-V3 at 16384 tokens takes them.
+  {
+    long long total = 0;
+    for (int r : large) total += r;
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)large.size(), 7168, 2048, total, large};
+    p.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
+    CHECK(choose_spec(p, kHopper, 132).tail == 24);
+    std::vector<int> qwen_16384(128);
+    for (int& r : qwen_16384) r = 990 + (int)(rng() % 70);
+    total = 0;
+    for (int r : qwen_16384) total += r;
+    GemmProblem q{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 2048, 768, total, qwen_16384};
+    q.fusion = p.fusion;
+    CHECK(choose_spec(q, kHopper, 132).tail == 0);
+  }
+  CHECK(choose_fused("scatter+weight+atomic", "none").tail == 0);
+  CHECK(choose_fused("scatter+weight", "silu").tail == 0);
 }
 
 TEST_CASE("tuning table: stores, merges, survives garbage lines, disabled without a folder", "[tuning]") {

@@ -43,6 +43,14 @@ constexpr int kSplitTailMinK = 4096;
 constexpr int kTailRows = kHopperTailRows;
 constexpr int kTailMinShareInverse = 8;
 constexpr double kTailMaxMeanRows = 320;
+// A layer's GEMM2 (fuse=scatter, weighted, biased: Fusion::linear_scatter, v41) stores its rows
+// directly and keeps no C staging, so the tail rows cost it only their MMAs: in turns against
+// tail=0 (H100, fuse=scatter+weight, docs/results/2026-11-27-v41-gemm2-tail-turns.txt) DeepSeek-V3
+// at 512 rows 0.956-0.986x the time in 5 of 5 processes, 256 rows 0.94x, 128 rows 0.977x; gpt-oss
+// and Qwen3 at 128 / 256 rows 0.985 / 0.99x, Mixtral at 256 rows 0.88-0.89x; at 1024 rows
+// 0.998-1.01x (Mixtral 4096, Qwen3 16384), at 4096 rows 1.012x (Mixtral 16384). The bound sits
+// between 512 and 1024.
+constexpr double kTailMaxMeanRowsScatter = 768;
 // FP8 block-scaled (hopper_fp8/). 128x192: each consumer 64x192, 1.5x the MMA work per promotion
 // and per A byte of 128x128. Re-measured on v13's kernels (H100, same process, two processes, every
 // tile x scheduler at 1024/4096/16384 tokens; docs/results/2026-11-25-v13-fp8-tile-sweep.txt):
@@ -334,7 +342,7 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k) {
   // Absorbed tail rows follow the group sizes as well: the unsplit config with and without them.
   if (chosen.family == KernelFamily::hopper && (chosen.a == DType::bf16 || chosen.a == DType::f16) &&
       chosen.tile == kHopperLarge.tile && chosen.stages == kHopperLarge.stages && chosen.cluster_m == 1 &&
-      !chosen.fusion.any()) {
+      (!chosen.fusion.any() || chosen.fusion.linear_scatter())) {
     KernelSpec unsplit = chosen;
     unsplit.split = SplitK::none;
     for (int tail : {0, kTailRows}) {
@@ -504,9 +512,11 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.cluster_m = 2;
   // Absorbed tail rows where the host's group sizes show enough groups ending 1-24 rows past a
   // whole tile: such a tile of its own loads the whole B tile for a few rows (docs/perf.md v40).
+  // Unfused, or a layer's GEMM2 (scattered rows, weighted, biased: Fusion::linear_scatter; v41).
   if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
-      spec.split == SplitK::none && spec.cluster_m == 1 && !spec.fusion.any() && !problem.group_rows.empty() &&
-      mean_rows < kTailMaxMeanRows) {
+      spec.split == SplitK::none && spec.cluster_m == 1 && (!spec.fusion.any() || spec.fusion.linear_scatter()) &&
+      !problem.group_rows.empty() &&
+      mean_rows < (spec.fusion.linear_scatter() ? kTailMaxMeanRowsScatter : kTailMaxMeanRows)) {
     long long ending_in_tail = 0;
     for (int r : problem.group_rows)
       if (r > spec.tile.m && r % spec.tile.m != 0 && r % spec.tile.m <= kTailRows) ++ending_in_tail;
