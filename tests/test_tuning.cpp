@@ -497,6 +497,23 @@ TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group (768 on a layer
     q.fusion = p.fusion;
     CHECK(choose_spec(q, kHopper, 132).tail == 0);
   }
+  // Launches of up to 12 rounds take them exactly where they save a round (Mixtral's GEMM2 at 1024
+  // tokens: 8 groups, 16 N tiles; from 256 rows, below which long K pairs them). 20 M tiles (3 rounds)
+  // -> 16 (2 rounds): taken; 20 -> 19 (3): not. At 4096 tokens (~1024 rows, above the 768-row bound):
+  // 70 M tiles (9 rounds) -> 66 (8): taken; 69 -> 67 (9): not.
+  {
+    auto mixtral_down = [&](std::vector<int> rows) {
+      long long total = 0;
+      for (int r : rows) total += r;
+      GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, total, rows};
+      p.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
+      return choose_spec(p, kHopper, 132).tail;
+    };
+    CHECK(mixtral_down({270, 270, 270, 270, 250, 250, 250, 250}) == 24);
+    CHECK(mixtral_down({300, 300, 300, 260, 250, 250, 250, 250}) == 0);
+    CHECK(mixtral_down({1030, 1040, 1045, 1030, 1070, 1060, 960, 957}) == 24);
+    CHECK(mixtral_down({1054, 1024, 1031, 1049, 1051, 976, 970, 1037}) == 0);
+  }
   CHECK(choose_fused("scatter+weight+atomic", "none").tail == 0);
   CHECK(choose_fused("scatter+weight", "silu").tail == 0);
 }

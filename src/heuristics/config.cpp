@@ -51,6 +51,27 @@ constexpr double kTailMaxMeanRows = 320;
 // 0.998-1.01x (Mixtral 4096, Qwen3 16384), at 4096 rows 1.012x (Mixtral 16384). The bound sits
 // between 512 and 1024.
 constexpr double kTailMaxMeanRowsScatter = 768;
+// Launches of at most kTailRoundRuleMaxRounds rounds of tiles (few groups: Mixtral) take tail rows
+// exactly where they save a round, whatever the rows per group: the tiles they save can leave the
+// round count as it was, and then the absorbing tiles' extra MMAs are all that is left, or take a
+// round off, which outweighs them. The fused GEMM2 on the H100 (v41): Mixtral at 1024 tokens (8
+// groups of ~256 rows, 16 N tiles: 2-3 rounds) ran 1.03-1.04x the time with tail rows under its
+// layer router's groups (no round saved) and 0.88-0.97x under the suite's (3 rounds -> 2); at 4096
+// tokens (1024 rows, ~9 rounds) 0.95x in one routing and 1.00x in another.
+constexpr long long kTailRoundRuleMaxRounds = 12;
+
+// Rounds of tiles of `spec` (128-row tiles) over the groups, with or without absorbed tail rows.
+long long tail_rounds(const KernelSpec& spec, std::span<const int> group_rows, int n, int sm_count, bool absorb) {
+  const long long n_units = (n + (long long)spec.tile.n * spec.cluster_n - 1) / ((long long)spec.tile.n * spec.cluster_n);
+  long long m_tiles = 0;
+  for (int r : group_rows) {
+    if (r <= 0) continue;
+    m_tiles += (r + spec.tile.m - 1) / spec.tile.m;
+    if (absorb && r > spec.tile.m && r % spec.tile.m != 0 && r % spec.tile.m <= kTailRows) --m_tiles;
+  }
+  const long long ctas = std::max(1, sm_count / (spec.cluster_m * spec.cluster_n));
+  return (m_tiles * n_units + ctas - 1) / ctas;
+}
 // FP8 block-scaled (hopper_fp8/). 128x192: each consumer 64x192, 1.5x the MMA work per promotion
 // and per A byte of 128x128. Re-measured on v13's kernels (H100, same process, two processes, every
 // tile x scheduler at 1024/4096/16384 tokens; docs/results/2026-11-25-v13-fp8-tile-sweep.txt):
@@ -512,15 +533,19 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.cluster_m = 2;
   // Absorbed tail rows where the host's group sizes show enough groups ending 1-24 rows past a
   // whole tile: such a tile of its own loads the whole B tile for a few rows (docs/perf.md v40).
-  // Unfused, or a layer's GEMM2 (scattered rows, weighted, biased: Fusion::linear_scatter; v41).
+  // Unfused, or a layer's GEMM2 (scattered rows, weighted, biased: Fusion::linear_scatter; v41). Short
+  // launches by the rounds they save, long ones by the rows per group (v41).
   if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
       spec.split == SplitK::none && spec.cluster_m == 1 && (!spec.fusion.any() || spec.fusion.linear_scatter()) &&
-      !problem.group_rows.empty() &&
-      mean_rows < (spec.fusion.linear_scatter() ? kTailMaxMeanRowsScatter : kTailMaxMeanRows)) {
+      !problem.group_rows.empty()) {
     long long ending_in_tail = 0;
     for (int r : problem.group_rows)
       if (r > spec.tile.m && r % spec.tile.m != 0 && r % spec.tile.m <= kTailRows) ++ending_in_tail;
-    if (ending_in_tail * kTailMinShareInverse >= active) spec.tail = kTailRows;
+    const long long rounds = tail_rounds(spec, problem.group_rows, problem.n, sm_count, false);
+    const bool pays = rounds <= kTailRoundRuleMaxRounds
+                          ? tail_rounds(spec, problem.group_rows, problem.n, sm_count, true) < rounds
+                          : mean_rows < (spec.fusion.linear_scatter() ? kTailMaxMeanRowsScatter : kTailMaxMeanRows);
+    if (ending_in_tail * kTailMinShareInverse >= active && pays) spec.tail = kTailRows;
   }
   spec.validate();
   return spec;
