@@ -18,7 +18,9 @@
 // scales), C. Routing draws the same random numbers in every format, so one routing file serves all.
 // BENCH_GATHER=1: every case with fuse=gather (A in token order, a random token per routed row), as
 //   a fused GEMM1 reads it; the routing is the same as without. BENCH_FUSE="act=swiglu,glu=split"
-//   adds an activation (spec fields; no bias, weight or scatter).
+//   adds an activation (spec fields), "fuse=scatter+weight+bias" a layer's GEMM2 epilogue (the bench
+//   makes the operands). A BENCH_SPECS override may set other fuse= fields: each config gets the
+//   operands its spec fuses. BENCH_UNFUSED=1 with BENCH_FUSE also times the unfused GEMM's own choice.
 // BENCH_WARMUP_MS (default 25): each case's warm-up launches before it is timed (0 under ncu).
 // BENCH_PAD_MB: allocate this many MB first, moving every operand to other device addresses.
 // BENCH_BF16_WEIGHTS=e2m1 (bf16 only): weights drawn from the values MXFP4 widens to (an E2M1 value
@@ -215,18 +217,31 @@ double time_kernel(const moejit::Kernel& kernel, const moejit::GroupedGemmArgs& 
   return ms[ms.size() / 2];
 }
 
+// The case's arguments as `spec` takes them: its fusion, and only the fusion operands it uses
+// (Kernel::launch rejects a pointer the spec does not fuse), so that a BENCH_SPECS override with
+// other fuse= fields (or BENCH_UNFUSED's plain kernel) runs on the same A, B and routing.
+moejit::GroupedGemmArgs args_for(const moejit::KernelSpec& spec, moejit::GroupedGemmArgs args) {
+  args.fusion = spec.fusion;
+  if (!spec.fusion.gather_a) args.gather_rows = nullptr, args.num_tokens = 0;
+  if (!spec.fusion.scatter_c) args.scatter_rows = nullptr, args.num_out_rows = 0;
+  if (!spec.fusion.routing_weight) args.routing_weights = nullptr;
+  if (!spec.fusion.bias) args.bias = nullptr;
+  return args;
+}
+
 // BENCH_INTERLEAVE=1 (with BENCH_SPECS, the peers' protocol): the case's configs take turns launch
 // by launch, each launch after its own L2 clear, so that every config is timed under the same
 // clocks and heat. Timed one after another, a config's time at 16384 tokens moved ±5-25% with its
 // place in the sequence (H100 at its 700 W cap, docs/perf.md v17). Returns each config's median.
-std::vector<double> time_interleaved(const std::vector<moejit::Kernel>& kernels, const moejit::GroupedGemmArgs& args,
+// `args` holds one set of arguments per kernel (args_for: the fusion operands its spec takes).
+std::vector<double> time_interleaved(const std::vector<moejit::Kernel>& kernels, const std::vector<moejit::GroupedGemmArgs>& args,
                                      cudaEvent_t start, cudaEvent_t stop, float warmup_ms, void* l2_flush) {
   float round_ms = 0;
-  for (const auto& kernel : kernels) {
-    for (int i = 0; i < 3; ++i) kernel.launch(args, nullptr);
+  for (std::size_t j = 0; j < kernels.size(); ++j) {
+    for (int i = 0; i < 3; ++i) kernels[j].launch(args[j], nullptr);
     check(cudaDeviceSynchronize(), "warm-up");
     cudaEventRecord(start);
-    kernel.launch(args, nullptr);
+    kernels[j].launch(args[j], nullptr);
     cudaEventRecord(stop);
     cudaEventSynchronize(stop);
     float once = 0;
@@ -236,7 +251,7 @@ std::vector<double> time_interleaved(const std::vector<moejit::Kernel>& kernels,
   // Warm-up: warmup_ms per config, in turns as well.
   const int warm_rounds = std::min((int)(warmup_ms * kernels.size() / round_ms), 10000);
   for (int r = 0; r < warm_rounds; ++r)
-    for (const auto& kernel : kernels) kernel.launch(args, nullptr);
+    for (std::size_t j = 0; j < kernels.size(); ++j) kernels[j].launch(args[j], nullptr);
   check(cudaDeviceSynchronize(), "warm-up");
   // ~100 ms per config, as time_kernel's peers' protocol gives each.
   const int rounds = std::clamp((int)(100.f * kernels.size() / round_ms), 5, 100);
@@ -249,7 +264,7 @@ std::vector<double> time_interleaved(const std::vector<moejit::Kernel>& kernels,
     for (std::size_t j = 0; j < kernels.size(); ++j) {
       check(cudaMemsetAsync(l2_flush, 0, kL2FlushBytes), "L2 flush");
       cudaEventRecord(begin[r * kernels.size() + j]);
-      kernels[j].launch(args, nullptr);
+      kernels[j].launch(args[j], nullptr);
       cudaEventRecord(end[r * kernels.size() + j]);
     }
   check(cudaDeviceSynchronize(), "timed launches");
@@ -308,6 +323,7 @@ int main(int argc, char** argv) {
   void* l2_flush = nullptr;
   if (peer_protocol) check(cudaMalloc(&l2_flush, kL2FlushBytes), "L2 flush buffer");
   // BENCH_INTERLEAVE=1: a case's BENCH_SPECS configs timed in turns (time_interleaved).
+  const bool unfused_too = std::getenv("BENCH_UNFUSED") && std::string(std::getenv("BENCH_UNFUSED")) != "0";
   const bool interleave = peer_protocol && std::getenv("BENCH_INTERLEAVE") && std::string(std::getenv("BENCH_INTERLEAVE")) != "0";
   if (format != "bf16" && format != "e4m3" && format != "mxfp4" && format != "nvfp4") {
     fmt::print(stderr, "FORMAT={} (expected bf16, e4m3, mxfp4 or nvfp4)\n", format);
@@ -500,8 +516,8 @@ int main(int argc, char** argv) {
           double h = 0, b = 0;
           if (l2_flush) {
             const std::vector<double> m = r.best == r.heuristic
-                                              ? time_interleaved({heuristic}, args, start, stop, warmup_ms, l2_flush)
-                                              : time_interleaved({heuristic, best}, args, start, stop, warmup_ms, l2_flush);
+                                              ? time_interleaved({heuristic}, {args}, start, stop, warmup_ms, l2_flush)
+                                              : time_interleaved({heuristic, best}, {args, args}, start, stop, warmup_ms, l2_flush);
             h = m[0];
             b = m.back();
           } else {
@@ -553,18 +569,25 @@ int main(int argc, char** argv) {
           if (const char* only = std::getenv("BENCH_SPECS_ONLY"); only && std::string(only) != "0" && specs.size() > 1)
             specs.erase(specs.begin());
         }
+        // BENCH_UNFUSED=1 with BENCH_FUSE: the plain GEMM's own choice as one more config (a
+        // layer's GEMM2 against the unfused kernel of its shape, in turns with BENCH_INTERLEAVE).
+        if (unfused_too && args.fusion.any()) {
+          moejit::GroupedGemmArgs plain = args_for(moejit::KernelSpec{}, args);
+          specs.push_back(rt.choose_spec(plain));
+        }
         std::vector<double> interleaved;
         if (interleave && specs.size() > 1) {
           std::vector<moejit::Kernel> kernels;
-          for (const moejit::KernelSpec& spec : specs) kernels.push_back(rt.kernel(spec));
-          interleaved = time_interleaved(kernels, args, start, stop, warmup_ms, l2_flush);
+          std::vector<moejit::GroupedGemmArgs> spec_args;
+          for (const moejit::KernelSpec& spec : specs) kernels.push_back(rt.kernel(spec)), spec_args.push_back(args_for(spec, args));
+          interleaved = time_interleaved(kernels, spec_args, start, stop, warmup_ms, l2_flush);
         }
         for (std::size_t which = 0; which < specs.size(); ++which) {
         const moejit::KernelSpec& spec = specs[which];
         // 3 warm-up launches and 25 ms of them (BENCH_WARMUP_MS; 0 for Nsight Compute, whose
         // --launch-skip then counts 3 + 1 + repetitions per case), then repetitions sized to ~200 ms (5..100).
         double med = !interleaved.empty() ? interleaved[which]
-                                          : time_kernel(rt.kernel(spec), args, start, stop, peer_protocol ? 100.f : 200.f, 3,
+                                          : time_kernel(rt.kernel(spec), args_for(spec, args), start, stop, peer_protocol ? 100.f : 200.f, 3,
                                                         5, 100, warmup_ms, l2_flush);
         double flops = 2.0 * rows * n * k;
         double bytes = 2.0 * ((double)active * n * k + (double)rows * k + (double)rows * n);
