@@ -157,6 +157,11 @@ std::vector<KernelSpec> fused_variants() {
            // absorbed tail rows on a layer's GEMM2 (scattered rows, weighted, biased), 1x2 and 1x1
            "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,fuse=scatter+weight+bias,tail=24",
            "family=hopper,layout=masked,a=f16,b=f16,c=f16,tile=128x256x64,stages=4,fuse=scatter+weight,tail=24",
+           // and on a layer's gathered GEMM1 (v42): interleaved and split GLU, rows by cp.async and TMA
+           "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu_oai,tail=24",
+           "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather,act=swiglu,glu=split,tail=24",
+           "family=hopper,layout=masked,tile=128x256x64,stages=4,cluster=1x2,fuse=bias,act=silu,tail=24",
+           "family=hopper,tile=128x256x64,stages=4,fuse=gather+bias,act=swiglu,glu=split,gather_by=tma,tail=24",
            // gather by one TMA copy per row
            "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu_oai,gather_by=tma",
            "family=hopper,layout=masked,tile=64x256x64,stages=5,fuse=gather,act=silu,gather_by=tma",

@@ -363,7 +363,7 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k) {
   // Absorbed tail rows follow the group sizes as well: the unsplit config with and without them.
   if (chosen.family == KernelFamily::hopper && (chosen.a == DType::bf16 || chosen.a == DType::f16) &&
       chosen.tile == kHopperLarge.tile && chosen.stages == kHopperLarge.stages && chosen.cluster_m == 1 &&
-      (!chosen.fusion.any() || chosen.fusion.linear_scatter())) {
+      !chosen.fusion.atomic) {
     KernelSpec unsplit = chosen;
     unsplit.split = SplitK::none;
     for (int tail : {0, kTailRows}) {
@@ -533,10 +533,11 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     spec.cluster_m = 2;
   // Absorbed tail rows where the host's group sizes show enough groups ending 1-24 rows past a
   // whole tile: such a tile of its own loads the whole B tile for a few rows (docs/perf.md v40).
-  // Unfused, or a layer's GEMM2 (scattered rows, weighted, biased: Fusion::linear_scatter; v41). Short
-  // launches by the rounds they save, long ones by the rows per group (v41).
+  // Unfused, a layer's GEMM2 (scattered rows, weighted, biased: Fusion::linear_scatter; v41) or its
+  // gathered GEMM1 (v42): any fusion but atomics. Short launches by the rounds they save, long ones
+  // by the rows per group (v41).
   if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
-      spec.split == SplitK::none && spec.cluster_m == 1 && (!spec.fusion.any() || spec.fusion.linear_scatter()) &&
+      spec.split == SplitK::none && spec.cluster_m == 1 && !spec.fusion.atomic && spec.c != DType::e4m3 &&
       !problem.group_rows.empty()) {
     long long ending_in_tail = 0;
     for (int r : problem.group_rows)

@@ -319,8 +319,11 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
                                                64);
     std::uint64_t c_rows = fusion.scatter_c ? (std::uint64_t)args.num_out_rows : rows;
     TmaDescriptor tma_c = make_tma_2d_swizzled(args.c, spec.c, c_rows, n_out, 64, 128 / element_bytes(spec.c));
-    // Absorbed tail rows (spec.tail): one more map, spec.tail-row boxes of A.
-    TmaDescriptor tma_tail = spec.tail != 0 ? make_tma_2d_swizzled(args.a, spec.a, rows, args.k, spec.tail, 64) : tma_a;
+    // Absorbed tail rows (spec.tail): one more map, spec.tail-row boxes of A (gathered tail rows come
+    // as the tile's rows do, and the kernel never reads the map).
+    TmaDescriptor tma_tail = spec.tail != 0 && !fusion.gather_a
+                                 ? make_tma_2d_swizzled(args.a, spec.a, rows, args.k, spec.tail, 64)
+                                 : tma_a;
     // The unfused kernel takes the first four, and the tail rows' map fifth; fused kernels take
     // FusionParams fifth, and the tail rows' map sixth.
     const bool unfused_tail = spec.tail != 0 && !fusion.any();

@@ -146,7 +146,8 @@ __device__ __forceinline__ void store_rows_direct(void* c_ptr, const float (&v)[
 
 // The fused result of a slice (kW output columns from n0 on) to C: scattered rows (direct
 // stores or atomics), else the unfused kernel's stores with C's width set to n_out.
-template <int kTypeC, int kW, bool kStaged, class Fuse>
+// kBuffers: the C staging's chunk buffers per consumer (one in kernels with absorbed tail rows).
+template <int kTypeC, int kW, bool kStaged, class Fuse, int kBuffers = 2>
 __device__ __forceinline__ void store_fused(const GroupedGemmParams& p, const FusionParams& f,
                                             const TmaDescriptor& tma_c, const float (&out)[kW / 2], unsigned staging,
                                             int row_begin, int group_rows, int m_first, int rows, int n0, int n_out,
@@ -167,8 +168,8 @@ __device__ __forceinline__ void store_fused(const GroupedGemmParams& p, const Fu
     narrow.n = n_out;
     constexpr int kChunkCols = 128 / sizeof(typename StorageOf<kTypeC>::type);
     if constexpr (kStaged && kW % kChunkCols == 0) {
-      store_accumulators_staged<kTypeC, kW>(narrow, tma_c, out, staging, row_begin + m_first, rows, n0, warp_in_group,
-                                            lane, barrier_id, c_state);
+      store_accumulators_staged<kTypeC, kW, kBuffers>(narrow, tma_c, out, staging, row_begin + m_first, rows, n0,
+                                                      warp_in_group, lane, barrier_id, c_state);
     } else {
       store_accumulators<kTypeC, kW>(narrow, out, row_begin, group_rows, m_first + warp_in_group * 16, n0, lane);
     }
@@ -288,7 +289,8 @@ __device__ __forceinline__ void store_e4m3_blocks(const GroupedGemmParams& p, co
 // GLU they quantize one 128-column block together (store_e4m3_blocks, kPaired).
 // kStageE4m3: c=e4m3 goes through the C staging where the spec has it (measured on the FP8 kernel:
 // 0.975-0.99x the GEMM1's time on the static scheduler, 1.03x on the dynamic one, docs/perf.md v28).
-template <int kTypeC, int kWgN, bool kStaged, class Fuse, bool kSplitN = false, bool kStageE4m3 = true>
+// kCBuffers: the C staging's chunk buffers per consumer (store_fused).
+template <int kTypeC, int kWgN, bool kStaged, class Fuse, bool kSplitN = false, bool kStageE4m3 = true, int kCBuffers = 2>
 __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const FusionParams& f,
                                                const TmaDescriptor& tma_c, float (&acc)[kWgN / 2], unsigned staging,
                                                int group, int row_begin, int group_rows, int m_first, int rows,
@@ -356,10 +358,10 @@ __device__ __forceinline__ void fused_epilogue(const GroupedGemmParams& p, const
                                                       warp_in_group, exchange, consumer, tma_c, staging, rows, barrier_id,
                                                       c_state);
   } else if constexpr (Fuse::glu) {
-    store_fused<kTypeC, kOutW, kStaged, Fuse>(p, f, tma_c, gl, staging, row_begin, group_rows, m_first, rows, n0, n_out,
+    store_fused<kTypeC, kOutW, kStaged, Fuse, kCBuffers>(p, f, tma_c, gl, staging, row_begin, group_rows, m_first, rows, n0, n_out,
                                               warp_in_group, lane, barrier_id, c_state);
   } else {
-    store_fused<kTypeC, kOutW, kStaged, Fuse>(p, f, tma_c, acc, staging, row_begin, group_rows, m_first, rows, n0, n_out,
+    store_fused<kTypeC, kOutW, kStaged, Fuse, kCBuffers>(p, f, tma_c, acc, staging, row_begin, group_rows, m_first, rows, n0, n_out,
                                               warp_in_group, lane, barrier_id, c_state);
   }
 }

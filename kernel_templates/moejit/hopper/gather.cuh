@@ -73,6 +73,55 @@ struct GatherRowsSm90 {
   }
 };
 
+// Absorbed tail rows of a gathered tile (KernelSpec::tail, 16-bit A; hopper/tail_rows.cuh): the up
+// to kRows (24) rows after the group's last whole tile, copied by cp.async into the tail slot that
+// follows the tile's A in its stage, swizzled as a TMA box of kRows rows would land. Thread t copies
+// 16-byte chunk t % 8 of slot rows t / 8 and, for t < 8 (kRows - 16), 16 + t / 8. Slot rows past the
+// group are zero-filled (inside the slot; never stored). Its state is three registers beside the
+// tile's GatherRowsSm90, live only in kernels with tail rows.
+template <int kRows>
+struct GatherTailRowsSm90 {
+  static_assert(kRows > 16 && kRows <= 32 && kRows % 8 == 0, "tail rows: 24 (two steps of 16 rows)");
+  unsigned row_chunk[2];  // the row's first 16-byte chunk in A (token * k / 8), 0 where nothing is read
+  unsigned read_mask;     // bit s: step s reads its row
+
+  __device__ __forceinline__ void load_tokens(const int* gather_rows, int row0, int rows_valid, int num_tokens, int k,
+                                              int thread) {
+    read_mask = 0;
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int r = thread / 8 + 16 * s;
+      unsigned c = 0;
+      if (r < rows_valid && r < kRows) {
+        const int t = __ldg(gather_rows + row0 + r);
+        if ((unsigned)t < (unsigned)num_tokens) c = (unsigned)t * (unsigned)(k / 8), read_mask |= 1u << s;
+      }
+      row_chunk[s] = c;
+    }
+  }
+
+  // Columns [k0, k0 + 64) of this thread's rows into the 1024-byte aligned slot; chunks past k are
+  // zero-filled, as GatherRowsSm90::copy_k_block does.
+  __device__ __forceinline__ void copy_k_block(unsigned slot, const void* a, int k, int k0, int thread) const {
+    const int chunk = thread % 8;
+    const int col = k0 + 8 * chunk;
+    const unsigned mask = col < k ? read_mask : 0u;
+    const unsigned long long base = reinterpret_cast<unsigned long long>(a) + 2ull * (unsigned)col;
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int r = thread / 8 + 16 * s;
+      if (r >= kRows) break;  // the second step: threads 0 .. 8 (kRows - 16) - 1 only
+      asm volatile(
+          "{\n.reg .pred skip;\n.reg .u64 src;\n"
+          "setp.eq.b32 skip, %3, 0;\n"
+          "mad.wide.u32 src, %2, 16, %1;\n"
+          "cp.async.cg.shared.global [%0], [src], 16, skip;\n}\n" ::"r"(slot + sw128_offset(r, chunk)),
+          "l"(base), "r"(row_chunk[s]), "r"(mask & (1u << s))
+          : "memory");
+    }
+  }
+};
+
 // fuse=gather with gather_by=tma: one TMA copy per row instead of eight cp.async. The A map is
 // over [num_tokens, K] with a 1-row x 64-column box (128B swizzle); a copy into row r's place in the
 // 1024-byte aligned stage (stage + 128 r) lands swizzled exactly as a whole-tile copy would (the

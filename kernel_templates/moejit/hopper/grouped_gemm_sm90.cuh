@@ -90,11 +90,11 @@ __host__ __device__ constexpr int smem_bytes() {
 // a unit that is a piece of a tile loads and multiplies only its K blocks, and its consumers
 // exchange partial sums through the workspace (split_reduce) before the last piece stores C.
 //
-// kTailRows (tail=24, 128x256 on 1x1 or 1x2, unfused or fuse=scatter with weight / bias but no
-// activation, e.g. an MoE layer's GEMM2): a group's last whole 128-row tile also takes
-// the up to kTailRows rows past it (GroupTileCursor's kTailRows), loaded by tma_tail (kTailRows-row
-// boxes) into the stage after the tile's 128 rows and multiplied with the roles swapped on the
-// consumer's B slice (hopper/tail_rows.cuh) in a k-loop of its own.
+// kTailRows (tail=24, 128x256 on 1x1 or 1x2, any fusion but atomics, e.g. an MoE layer's gathered
+// GEMM1 or its GEMM2): a group's last whole 128-row tile also takes the up to kTailRows rows past it
+// (GroupTileCursor's kTailRows), loaded by tma_tail (kTailRows-row boxes; gathered: as the tile's
+// rows, GatherTailRowsSm90) into the stage after the tile's 128 rows and multiplied with the roles
+// swapped on the consumer's B slice (hopper/tail_rows.cuh) in a k-loop of its own.
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
           int kClusterN, class Fuse, int kClusterM = 1, bool kSplitTail = false, int kTailRows = 0>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
@@ -114,9 +114,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   static_assert(!kSplitTail || (!Fuse::any && kClusterM * kClusterN == 1),
                 "split=tail: unfused single-CTA kernels only (a bias would be added once per piece)");
   static_assert(kTailRows == 0 || (kTailRows == 24 && kBlockM == 128 && kBlockN == 256 && !kSplitTail && kClusterM == 1 &&
-                                   (!Fuse::any || (Fuse::scatter && !Fuse::gather && !Fuse::glu &&
-                                                   Fuse::act == kActNone && !Fuse::atomic))),
-                "absorbed tail rows: 24, 128x256 on 1x1 or 1x2, no split, unfused or a linear scatter epilogue");
+                                   !Fuse::atomic && kTypeC != kE4M3),
+                "absorbed tail rows: 24, 128x256 on 1x1 or 1x2, no split, no atomic combine, 16-bit or fp32 C");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // columns one consumer warpgroup computes
@@ -299,12 +298,29 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
             tma_rows.load_tokens(f->gather_rows, a_row, rows_valid, f->num_tokens, (int)threadIdx.x);
           else
             rows.load_tokens(f->gather_rows, a_row, rows_valid, f->num_tokens, p.k);
+          // Absorbed tail rows: gathered into the tail slot after the tile's A, as the tile's rows are.
+          constexpr int kTailSlotRows = kTailRows != 0 ? kTailRows : 24;  // the types exist without tail rows
+          GatherTailRowsSm90<kTailSlotRows> tail_rows;
+          GatherRowsTmaSm90<kTailSlotRows> tma_tail_rows;
+          if constexpr (kTailRows != 0) {
+            if (has_tail) {
+              if constexpr (Fuse::gather_tma)
+                tma_tail_rows.load_tokens(f->gather_rows, a_row + kBlockM, rows_after, f->num_tokens, (int)threadIdx.x);
+              else
+                tail_rows.load_tokens(f->gather_rows, a_row + kBlockM, rows_after, f->num_tokens, p.k, (int)threadIdx.x);
+            }
+          }
           const unsigned short* const a_base = static_cast<const unsigned short*>(p.a);
           for (int kb = 0; kb < num_k_blocks; ++kb) {
             const unsigned full = full_bars + 8 * stage;
             mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
             if (producer_leader) {
-              mbarrier_arrive_expect_tx(full, kBBytes + (Fuse::gather_tma ? tma_rows.tx_bytes(rows_valid) : 0u));
+              unsigned a_tx = 0;
+              if constexpr (Fuse::gather_tma) {
+                a_tx = tma_rows.tx_bytes(rows_valid);
+                if (kTailRows != 0 && has_tail) a_tx += tma_tail_rows.tx_bytes(rows_after);
+              }
+              mbarrier_arrive_expect_tx(full, kBBytes + a_tx);
               if constexpr (kPairM)
                 load_b_pair(b_stages + stage * kBBytes, full, kb * kBlockK);
               else
@@ -313,9 +329,14 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
             }
             if constexpr (Fuse::gather_tma) {
               tma_rows.copy_k_block(a_stages + stage * kAStageBytes, tma_a, full, kb * kBlockK, (int)threadIdx.x);
+              if (kTailRows != 0 && has_tail)
+                tma_tail_rows.copy_k_block(a_stages + stage * kAStageBytes + kABytes, tma_a, full, kb * kBlockK,
+                                           (int)threadIdx.x);
             } else {
               rows.copy_k_block(a_stages + stage * kAStageBytes, a_base, p.k, kb * kBlockK);
-              cp_async_mbarrier_arrive_noinc(full);
+              if (kTailRows != 0 && has_tail)
+                tail_rows.copy_k_block(a_stages + stage * kAStageBytes + kABytes, a_base, p.k, kb * kBlockK, (int)threadIdx.x);
+              cp_async_mbarrier_arrive_noinc(full);  // after all of this thread's copies, the tail rows' too
             }
             if (++stage == kStages) stage = 0, phase ^= 1;
           }
@@ -384,8 +405,12 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     // (128x256, docs/perf.md v15).
     const unsigned long long a_desc0 = wgmma_desc_sw128(a_stages + a_offset);
     const unsigned long long b_desc0 = wgmma_desc_sw128(b_stages + b_offset);
-    // Absorbed tail rows: this consumer's 128 weight rows of the B tile, and the tail rows after the tile's A.
-    const unsigned long long w_desc0 = wgmma_desc_sw128(b_stages + consumer * (kBlockN / 2) * kRowBytes);
+    // Absorbed tail rows: this consumer's 128 weight rows of the B tile (two 64-row slices), and the
+    // tail rows after the tile's A. glu=split: slice 0 is gate rows 64 c.., slice 1 the up rows of the
+    // same output columns (128 + 64 c..), so that a GLU pairs registers of one thread (tail_rows.cuh).
+    constexpr unsigned kTailSlice1Bytes = (Fuse::glu_split ? kBlockN / 2 : 64) * kRowBytes;
+    const unsigned long long w_desc0 =
+        wgmma_desc_sw128(b_stages + consumer * (Fuse::glu_split ? 64 : kBlockN / 2) * kRowBytes);
     const unsigned long long t_desc0 = wgmma_desc_sw128(a_stages + kABytes);
     float acc[kAccRegs];  // the C++ copy the epilogue (and the bias set-up) works on
     Acc::zero();
@@ -466,6 +491,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           int prev_stage = 0;
           for (int kb = kb_begin; kb < kb_end; ++kb) {
             mbarrier_wait(full_bars + 8 * stage, phase);
+            if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
             const unsigned long long a_desc = wgmma_desc_advance<kAStageBytes>(a_desc0, stage);
             const unsigned long long b_desc = wgmma_desc_advance<kBBytes>(b_desc0, stage);
             const unsigned long long w_desc = wgmma_desc_advance<kBBytes>(w_desc0, stage);
@@ -477,7 +503,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
               Mma::mma_named(wgmma_desc_advance<32>(a_desc, k), wgmma_desc_advance<32>(b_desc, k),
                              kSetAccPerTile || scale_d);
               tail_mma<0, kTypeAB == kF16>(wgmma_desc_advance<32>(w_desc, k), wgmma_desc_advance<32>(t_desc, k), scale_d);
-              tail_mma<1, kTypeAB == kF16>(wgmma_desc_advance<32>(wgmma_desc_advance<64 * kRowBytes>(w_desc, 1), k),
+              tail_mma<1, kTypeAB == kF16>(wgmma_desc_advance<32>(wgmma_desc_advance<kTailSlice1Bytes>(w_desc, 1), k),
                                            wgmma_desc_advance<32>(t_desc, k), scale_d);
             }
             wgmma_commit();
@@ -494,13 +520,13 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           const int tail_row0 = tile.row_begin + (tile.m_block + 1) * kBlockM;
           const int tail_col0 = n_block * kBlockN + consumer * (kBlockN / 2);
           if constexpr (Fuse::epilogue) {
-            // Scattered rows: the tile's go out by direct stores (the C staging stays unused).
-            store_tail_rows_scattered<kTypeC, Fuse>(p, *f, tail, tail_row0, rows_after, tile.group, tail_col0,
-                                                    warp_in_group, lane);
-            fused_epilogue<kTypeC, kWgN, kStaged, Fuse>(p, *f, tma_c, acc, c_staging + consumer * kCStagePerConsumer,
-                                                        tile.group, tile.row_begin, tile.group_rows, m_first, 64,
-                                                        n_block * kBlockN, tile_col0, warp_in_group, lane, 1 + consumer,
-                                                        c_state);
+            // The tile's rows as any tile's (scattered rows by direct stores; else through the one
+            // C staging chunk).
+            store_tail_rows_fused<kTypeC, Fuse>(p, *f, tail, tail_row0, rows_after, tile.group, n_block * kBlockN,
+                                                consumer, warp_in_group, lane);
+            fused_epilogue<kTypeC, kWgN, kStaged, Fuse, false, true, kCBuffers>(
+                p, *f, tma_c, acc, c_staging + consumer * kCStagePerConsumer, tile.group, tile.row_begin, tile.group_rows,
+                m_first, 64, n_block * kBlockN, tile_col0, warp_in_group, lane, 1 + consumer, c_state);
           } else {
             store_tail_rows<kTypeC>(p, tail, tail_row0, rows_after, tail_col0, warp_in_group, lane);
             store_accumulators_staged<kTypeC, kWgN, kCBuffers>(p, tma_c, acc, c_staging + consumer * kCStagePerConsumer,
@@ -542,7 +568,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 
       const int n0 = n_block * kBlockN + tile_col0;
       if constexpr (Fuse::epilogue) {
-        fused_epilogue<kTypeC, kWgN, kStaged, Fuse>(p, *f, tma_c, acc, c_staging + consumer * kCStagePerConsumer,
+        fused_epilogue<kTypeC, kWgN, kStaged, Fuse, false, true, kCBuffers>(p, *f, tma_c, acc, c_staging + consumer * kCStagePerConsumer,
                                                     tile.group, tile.row_begin, tile.group_rows, m_first,
                                                     min(rows_here, 64), n_block * kBlockN, tile_col0, warp_in_group,
                                                     lane, 1 + consumer, c_state);

@@ -2,7 +2,8 @@
 // whole 128-row tile also multiplies the up to kTailRows (24) rows past it, so that those rows do not
 // take a tile of their own, which would load the whole B tile for a few rows (docs/perf.md v40).
 //
-// The rows come with the tile's stages (a 24-row TMA box after the 128 rows of A) and are multiplied
+// The rows come with the tile's stages (a 24-row TMA box after the 128 rows of A; gathered rows by
+// the producer warpgroup, hopper/gather.cuh's GatherTailRowsSm90) and are multiplied
 // with the roles swapped, on the B stage already there: each consumer warpgroup computes
 // C_tail^T = B_slice x A_tail^T for its 128 weight rows as two m64n24k16 wgmmas per k16 step (weight
 // rows as wgmma's M, the tail rows as its N). Both operands are K-major in 128-byte-swizzled shared
@@ -91,16 +92,23 @@ __device__ __forceinline__ void store_tail_rows(const GroupedGemmParams& p, cons
     }
 }
 
-// The same for a fused kernel with a linear epilogue on scattered rows (KernelSpec::tail: fuse=scatter,
-// with weight and bias as the spec has them, no activation): tail row r's value (+ bias[group][col])
-// x routing_weights[row0 + r] goes to C row scatter_rows[row0 + r] (out of [0, num_out_rows): not
-// written), as fused_epilogue.cuh does for the tile's rows.
+// The same for a fused kernel (KernelSpec::tail: any fusion but fuse=atomic), as fused_epilogue.cuh
+// does for the tile's rows: tail row r's values (+ bias), activated (a GLU pairs gate and up), times
+// routing_weights[row0 + r], go to C row scatter_rows[row0 + r] (out of [0, num_out_rows): not written)
+// or, unscattered, row0 + r. col0: the tile's first GEMM column (n_block * kBlockN). Which GEMM
+// column a register holds (consumer c, slice s, row i = 16 w + l/4 + 8 h of the slice):
+//   no GLU / glu=interleaved: col0 + 128 c + 64 s + i (interleaved: gate even, up odd, so the pair of
+//     lane l is lane l ^ 4; the two lanes trade one value per register pair, lane l keeping row e = 0
+//     of the pair's two tail rows if l/4 is even, else row e = 1);
+//   glu=split: slice 0 gate column o = col0 / 2 + 64 c + i, slice 1 up column n/2 + o (the consumer's
+//     weight rows, grouped_gemm_sm90.cuh): gate and up of output column o in one thread.
 template <int kTypeC, class Fuse>
-__device__ __forceinline__ void store_tail_rows_scattered(const GroupedGemmParams& p, const FusionParams& f,
-                                                          const float (&t)[kTailAccRegs], int row0, int rows, int group,
-                                                          int col0, int warp_in_group, int lane) {
-  static_assert(Fuse::scatter && !Fuse::gather && !Fuse::glu && Fuse::act == kActNone && !Fuse::atomic,
-                "absorbed tail rows: fused with a linear epilogue on scattered rows only");
+__device__ __forceinline__ void store_tail_rows_fused(const GroupedGemmParams& p, const FusionParams& f,
+                                                      const float (&t)[kTailAccRegs], int row0, int rows, int group,
+                                                      int col0, int consumer, int warp_in_group, int lane) {
+  static_assert(!Fuse::atomic, "absorbed tail rows: no atomic combine");
+  const int n = p.n;
+  const int n_out = Fuse::glu ? n / 2 : n;
   // This lane's six tail rows (8 j + 2 (lane % 4) + e): where each goes and its weight.
   long long out_row[6];
   float weight[6];
@@ -112,25 +120,68 @@ __device__ __forceinline__ void store_tail_rows_scattered(const GroupedGemmParam
       int to = -1;
       float w = 1.f;
       if (r < rows) {
-        to = __ldg(f.scatter_rows + row0 + r);
+        to = Fuse::scatter ? __ldg(f.scatter_rows + row0 + r) : row0 + r;
         if constexpr (Fuse::weight) w = __ldg(f.routing_weights + row0 + r);
       }
-      out_row[2 * j + e] = (unsigned)to < (unsigned)f.num_out_rows ? to : -1;
+      if constexpr (Fuse::scatter) out_row[2 * j + e] = (unsigned)to < (unsigned)f.num_out_rows ? to : -1;
+      else out_row[2 * j + e] = to;
       weight[2 * j + e] = w;
     }
+  if constexpr (!Fuse::glu) {
+    const int consumer_col0 = col0 + 128 * consumer;
 #pragma unroll
-  for (int s = 0; s < 2; ++s)
+    for (int s = 0; s < 2; ++s)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int col = col0 + 64 * s + 16 * warp_in_group + lane / 4 + 8 * h;
-      if (col >= p.n) continue;
-      float bias = 0.f;
-      if constexpr (Fuse::bias) bias = __ldg(f.bias + (long long)group * p.n + col);
+      for (int h = 0; h < 2; ++h) {
+        const int col = consumer_col0 + 64 * s + 16 * warp_in_group + lane / 4 + 8 * h;
+        if (col >= n) continue;
+        float bias = 0.f;
+        if constexpr (Fuse::bias) bias = __ldg(f.bias + (long long)group * n + col);
 #pragma unroll
-      for (int i = 0; i < 6; ++i)
+        for (int i = 0; i < 6; ++i)
+          if (out_row[i] >= 0)
+            store_one<kTypeC>(p.c, out_row[i] * n + col,
+                              activate<Fuse::act>(t[12 * s + 4 * (i / 2) + 2 * h + i % 2] + bias) * weight[i]);
+      }
+    return;
+  }
+  const int i0 = 16 * warp_in_group + lane / 4;  // the slice row of h = 0
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (Fuse::glu_split) {
+      const int o = col0 / 2 + 64 * consumer + i0 + 8 * h;
+      if (o >= n_out) continue;
+      float bias_gate = 0.f, bias_up = 0.f;
+      if constexpr (Fuse::bias) bias_gate = bias_at(f, group, n, o), bias_up = bias_at(f, group, n, n / 2 + o);
+#pragma unroll
+      for (int i = 0; i < 6; ++i) {
+        const int reg = 4 * (i / 2) + 2 * h + i % 2;
         if (out_row[i] >= 0)
-          store_one<kTypeC>(p.c, out_row[i] * p.n + col, (t[12 * s + 4 * (i / 2) + 2 * h + i % 2] + bias) * weight[i]);
+          store_one<kTypeC>(p.c, out_row[i] * n_out + o,
+                            activate_glu<Fuse::act>(t[reg] + bias_gate, t[12 + reg] + bias_up) * weight[i]);
+      }
+    } else {
+      const bool gate_lane = (lane / 4) % 2 == 0;
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const int gate_col = (col0 + 128 * consumer + 64 * s + i0 + 8 * h) & ~1;
+        float bias_gate = 0.f, bias_up = 0.f;
+        if constexpr (Fuse::bias) bias_gate = bias_at(f, group, n, gate_col), bias_up = bias_at(f, group, n, gate_col + 1);
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          const int reg = 12 * s + 4 * j + 2 * h;
+          // Every lane shuffles (the partner lane has the same column, so the same bounds).
+          const float other = __shfl_xor_sync(0xffffffffu, gate_lane ? t[reg + 1] : t[reg], 4);
+          const float gate = gate_lane ? t[reg] : other, up = gate_lane ? other : t[reg + 1];
+          // Selects, not an index by lane (that put the arrays in local memory).
+          const long long to = gate_lane ? out_row[2 * j] : out_row[2 * j + 1];
+          const float w = gate_lane ? weight[2 * j] : weight[2 * j + 1];
+          if (gate_col < n && to >= 0)
+            store_one<kTypeC>(p.c, to * n_out + gate_col / 2, activate_glu<Fuse::act>(gate + bias_gate, up + bias_up) * w);
+        }
+      }
     }
+  }
 }
 
 }  // namespace moejit::hopper
