@@ -84,7 +84,7 @@ std::vector<std::string> tile_texts(KernelFamily family) {
     all = {"tile=128x256x64,stages=4,sched=dynamic", "tile=64x256x64,stages=5,sched=static",
            "tile=64x128x64,stages=6,sched=dynamic", "tile=128x128x64,stages=5,cluster=1x2,sched=static",
            "tile=128x256x64,stages=4,cluster=1x2,sched=dynamic", "tile=128x256x64,stages=4,cluster=2x1,sched=dynamic",
-           // absorbed tail rows (the GEMM2 cases only: scattered rows, weighted, biased; v41)
+           // absorbed tail rows (every case but the atomic ones: GEMM2 since v41, gathered GEMM1 since v42)
            "tile=128x256x64,stages=4,sched=dynamic,tail=24", "tile=128x256x64,stages=4,cluster=1x2,sched=static,tail=24"};
   else
     all = {"tile=128x128x32,stages=4,warps=2x4,sched=dynamic", "tile=64x128x32,stages=4,warps=2x4,sched=static",
@@ -206,11 +206,11 @@ TEST_CASE("fusion: decode (a few tokens, many experts)", "[gpu][fusion]") {
   }
 }
 
-TEST_CASE("fusion: absorbed tail rows on a layer's GEMM2 (tail=24), groups ending 1-24 rows past whole tiles", "[gpu][fusion][tail]") {
+TEST_CASE("fusion: absorbed tail rows (tail=24), groups ending 1-24 rows past whole tiles", "[gpu][fusion][tail]") {
   // The unfused tail test's groups: 1, 24 and 7 rows past whole tiles (absorbed), 25 past (a tile of
   // their own), whole tiles, empty and tiny groups; N = 320 leaves a partial N tile, K = 200 a
   // partial k-block. Each token goes to one expert, in shuffled order, so that the scattered rows
-  // are a permutation.
+  // are a permutation and the gathered ones (GEMM1: GLU, bias) come from everywhere in A.
   const std::vector<int> sizes = {129, 152, 153, 280, 0, 536, 24, 1, 256, 409, 128, 1031};
   std::mt19937 rng(2412);
   int variants = 0;

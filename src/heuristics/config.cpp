@@ -51,6 +51,11 @@ constexpr double kTailMaxMeanRows = 320;
 // 0.998-1.01x (Mixtral 4096, Qwen3 16384), at 4096 rows 1.012x (Mixtral 16384). The bound sits
 // between 512 and 1024.
 constexpr double kTailMaxMeanRowsScatter = 768;
+// A layer's gathered GEMM1 (v42: fuse=gather with a GLU, bias) keeps the C staging, as the unfused
+// kernel does, and so its 320-row bound. In turns against tail=0 (H100, docs/results/
+// 2026-11-27-v42-gemm1-tail-turns.csv): DeepSeek-V3 up 4096 (128 rows) 0.941-0.946x the time, Qwen3
+// up 4096 (256) 0.961-0.962x, gpt-oss up 4096 (128; split GLU, and interleaved swiglu_oai with bias)
+// 0.980x, Mixtral up 1024 (256, a round saved) 0.960-0.965x.
 // Launches of at most kTailRoundRuleMaxRounds rounds of tiles (few groups: Mixtral) take tail rows
 // exactly where they save a round, whatever the rows per group: the tiles they save can leave the
 // round count as it was, and then the absorbing tiles' extra MMAs are all that is left, or take a
