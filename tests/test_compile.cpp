@@ -162,6 +162,8 @@ std::vector<KernelSpec> fused_variants() {
            "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather,act=swiglu,glu=split,tail=24",
            "family=hopper,layout=masked,tile=128x256x64,stages=4,cluster=1x2,fuse=bias,act=silu,tail=24",
            "family=hopper,tile=128x256x64,stages=4,fuse=gather+bias,act=swiglu,glu=split,gather_by=tma,tail=24",
+           // and on pairs sharing B (2x1, v42): the long gathered GEMM1
+           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,fuse=gather,act=swiglu,glu=split,tail=24",
            // gather by one TMA copy per row
            "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu_oai,gather_by=tma",
            "family=hopper,layout=masked,tile=64x256x64,stages=5,fuse=gather,act=silu,gather_by=tma",
@@ -681,7 +683,8 @@ std::vector<KernelSpec> pair_m_variants(bool all) {
   std::vector<std::string> texts;
   if (!all) {
     texts = {"tile=128x256x64,stages=4,sched=dynamic,layout=masked",
-             "tile=128x256x64,stages=4,sched=static,c=f32,fuse=scatter+weight+bias"};
+             "tile=128x256x64,stages=4,sched=static,c=f32,fuse=scatter+weight+bias",
+             "tile=128x256x64,stages=4,sched=dynamic,tail=24"};  // absorbed tail rows on pairs (v42)
   } else {
     for (const char* layout : {"contiguous", "masked"})
       for (const char* sched : {"static", "dynamic"})
@@ -692,6 +695,8 @@ std::vector<KernelSpec> pair_m_variants(bool all) {
     texts.push_back("tile=128x256x64,stages=4,sched=dynamic,fuse=bias,act=swiglu,glu=split");
     texts.push_back("tile=128x256x64,stages=4,sched=dynamic,fuse=bias,act=swiglu_oai");
     texts.push_back("tile=128x256x64,stages=4,sched=static,c=f32,fuse=scatter+weight+atomic");
+    texts.push_back("tile=128x256x64,stages=4,sched=static,layout=masked,c=f32,tail=24");
+    texts.push_back("tile=128x256x64,stages=4,sched=dynamic,fuse=scatter+weight+bias,tail=24");
   }
   std::vector<KernelSpec> out;
   for (auto& t : texts) {

@@ -94,16 +94,17 @@ struct Outcome {
 // One cluster's walk: the tile numbers its rank 0 gets (static: cluster + i * clusters; dynamic:
 // from the shared counter, handed to rank 1 through the ring: the same numbers), each rank with
 // its own cursor, as in the kernel.
-template <int kLayout>
+// kTail: absorbed tail rows (the 16-bit kernel's tail=24): a group's last M tile may hold kTail more rows.
+template <int kLayout, int kTail>
 void walk(const GroupedGemmParams& p, const std::vector<int>& tile_numbers, Outcome& out) {
-  GroupTileCursor<kLayout, kBlockM, kBlockN, 0, 0, true> cursor[2];
+  GroupTileCursor<kLayout, kBlockM, kBlockN, kTail, 0, true> cursor[2];
   const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
   for (int t : tile_numbers) {
     TileCoord tile[2];
     bool ok[2], shared[2] = {false, false};
     for (int rank = 0; rank < 2; ++rank) {
       ok[rank] = cursor[rank].seek(p, t, tile[rank]);
-      if (ok[rank]) shared[rank] = pair_unit_tile<kBlockM>(tile[rank], rank, n_tiles);  // the kernels' mapping
+      if (ok[rank]) shared[rank] = pair_unit_tile<kBlockM, kTail>(tile[rank], rank, n_tiles);  // the kernels' mapping
     }
     REQUIRE(ok[0] == ok[1]);  // both ranks stop at the same unit number
     if (!ok[0]) break;
@@ -125,14 +126,14 @@ void walk(const GroupedGemmParams& p, const std::vector<int>& tile_numbers, Outc
   }
 }
 
-template <int kLayout>
+template <int kLayout, int kTail>
 Outcome run(const GroupedGemmParams& p, int clusters, bool dynamic, long long total_pair_tiles, std::mt19937& rng) {
   Outcome out;
   if (!dynamic) {
     for (int c = 0; c < clusters; ++c) {
       std::vector<int> numbers;
       for (long long t = c; t <= total_pair_tiles; t += clusters) numbers.push_back((int)t);  // one past the end
-      walk<kLayout>(p, numbers, out);
+      walk<kLayout, kTail>(p, numbers, out);
     }
     return out;
   }
@@ -149,7 +150,7 @@ Outcome run(const GroupedGemmParams& p, int clusters, bool dynamic, long long to
     out.last_fetch = std::max(out.last_fetch, t);
     if (t >= total_pair_tiles) done[c] = true, --running;
   }
-  for (int c = 0; c < clusters; ++c) walk<kLayout>(p, numbers[c], out);
+  for (int c = 0; c < clusters; ++c) walk<kLayout, kTail>(p, numbers[c], out);
   return out;
 }
 
@@ -174,9 +175,10 @@ struct HostGroups {
   }
 };
 
+template <int kTail = 0>
 void check_schedule(const std::vector<int>& rows, int n, bool masked, int clusters, bool dynamic, std::mt19937& rng) {
   INFO("groups " << rows.size() << " n " << n << (masked ? " masked" : " contiguous") << " clusters " << clusters
-                 << (dynamic ? " dynamic" : " static"));
+                 << (dynamic ? " dynamic" : " static") << " tail " << kTail);
   const int groups = (int)rows.size();
   const HostGroups host(rows, n, 9);
   const GroupedGemmParams p = host.params(masked);
@@ -185,14 +187,18 @@ void check_schedule(const std::vector<int>& rows, int n, bool masked, int cluste
   long long pair_tiles = 0, expected_idle = 0;
   std::map<Work, int> expected;
   for (int g = 0; g < groups; ++g) {
-    const int m_tiles = (rows[g] + kBlockM - 1) / kBlockM;
+    // With tail rows a group's last 1..kTail rows past a whole tile ride on that tile.
+    const int m_tiles = kTail != 0 && rows[g] > kBlockM && rows[g] % kBlockM != 0 && rows[g] % kBlockM <= kTail
+                            ? rows[g] / kBlockM
+                            : (rows[g] + kBlockM - 1) / kBlockM;
+    CHECK(GroupTileCursor<kLayoutContiguous, kBlockM, kBlockN, kTail>::m_tiles_of(rows[g]) == m_tiles);
     pair_tiles += (long long)(m_tiles / 2) * n_tiles + (m_tiles % 2) * ((n_tiles + 1) / 2);
     expected_idle += (m_tiles % 2) * (n_tiles % 2);
     for (int m = 0; m < m_tiles; ++m)
       for (int j = 0; j < n_tiles; ++j) expected[{g, m, j}] = 1;
   }
-  Outcome out = masked ? run<kLayoutMasked>(p, clusters, dynamic, pair_tiles, rng)
-                       : run<kLayoutContiguous>(p, clusters, dynamic, pair_tiles, rng);
+  Outcome out = masked ? run<kLayoutMasked, kTail>(p, clusters, dynamic, pair_tiles, rng)
+                       : run<kLayoutContiguous, kTail>(p, clusters, dynamic, pair_tiles, rng);
   CHECK(out.pair_tiles == pair_tiles);
   CHECK(out.computed == expected);  // each tile with rows exactly once, nothing else
   CHECK(out.idle_rank_tiles == expected_idle);
@@ -201,7 +207,7 @@ void check_schedule(const std::vector<int>& rows, int n, bool masked, int cluste
 
 }  // namespace
 
-TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile counts split along N", "[scheduler][pairs_m]") {
+TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile counts split along N, with and without tail rows", "[scheduler][pairs_m]") {
   std::mt19937 rng(17);
   // DeepSeek-V3 16384 tokens: 256 experts of 512 +- 22 rows (4 or 5 M tiles), N = 4096.
   std::vector<int> deepseek(256);
@@ -213,6 +219,7 @@ TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile
   const std::vector<std::vector<int>> cases = {
       deepseek,
       {490, 534, 0, 129, 1, 512, 383, 534, 0, 490, 522, 256},  // the GPU test's groups
+      {152, 153, 280, 24, 536, 409, 1031, 257, 281},           // ends 1-24 and 25 rows past whole tiles
       {0, 0, 0},                                               // nothing to do
       {1},                                                     // one tile: split along N (rank 1 idle at odd N-tile counts)
       {64, 65, 127, 128, 129, 192, 193, 0, 256, 1000, 1500, 33, 1200, 1200, 1200, 1200},
@@ -222,7 +229,10 @@ TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile
     for (bool masked : {false, true})
       for (bool dynamic : {false, true})
         for (int clusters : {1, 3, 66})
-          for (int n : {640, 4096}) check_schedule(rows, n, masked, clusters, dynamic, rng);
+          for (int n : {640, 4096}) {
+            check_schedule(rows, n, masked, clusters, dynamic, rng);
+            check_schedule<24>(rows, n, masked, clusters, dynamic, rng);  // absorbed tail rows (v42)
+          }
 }
 
 // The warp-wide walk (seek_warp, the FP8 and 4-bit consumers') against the scalar one (seek) on the

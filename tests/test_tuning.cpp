@@ -189,16 +189,16 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
   };
   struct Case {
     int groups, rows_per_group, n, k;
-    int expected;  // 2x1 candidates: static and dynamic, or none
+    int expected;  // 2x1 candidates: static and dynamic, each with and without tail rows (v42), or none
     int heuristic_m = 1;  // the heuristic's cluster_m
   };
-  for (Case c : {Case{256, 512, 4096, 7168, 2},    // DeepSeek-V3 up 16384 tokens (1x2)
-                 Case{256, 512, 7168, 2048, 2},    // DeepSeek-V3 down 16384
-                 Case{8, 4096, 4096, 14336, 2},    // Mixtral down 16384
-                 Case{8, 256, 28672, 4096, 2},     // 2 M tiles per group
-                 Case{256, 128, 4096, 7168, 2},    // DeepSeek-V3 up 4096: one full M tile per expert, the threshold
-                 Case{384, 171, 4096, 7168, 2, 2},  // long K at 160-255 rows: the heuristic's (v39: 0.83-0.92x)
-                 Case{256, 192, 4096, 4096, 2},    // K = 4096: not (v39: Mixtral up 1024 gathered 1.19x)
+  for (Case c : {Case{256, 512, 4096, 7168, 4},    // DeepSeek-V3 up 16384 tokens (1x2)
+                 Case{256, 512, 7168, 2048, 4},    // DeepSeek-V3 down 16384
+                 Case{8, 4096, 4096, 14336, 4},    // Mixtral down 16384
+                 Case{8, 256, 28672, 4096, 4},     // 2 M tiles per group
+                 Case{256, 128, 4096, 7168, 4},    // DeepSeek-V3 up 4096: one full M tile per expert, the threshold
+                 Case{384, 171, 4096, 7168, 4, 2},  // long K at 160-255 rows: the heuristic's (v39: 0.83-0.92x)
+                 Case{256, 192, 4096, 4096, 4},    // K = 4096: not (v39: Mixtral up 1024 gathered 1.19x)
                  Case{256, 127, 4096, 7168, 0},    // below it: every unit a split one, nothing shared
                  Case{128, 1, 2048, 768, 0}}) {    // decode
     std::vector<int> sizes(c.groups, c.rows_per_group);
@@ -227,11 +227,15 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
   std::vector<int> sparse(256, 0);
   for (int g = 0; g < 4; ++g) sparse[g * 64] = 1024;  // (the mean over active experts: 1024)
   GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 4096, 7168, 4096, sparse};
-  CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
-  // Fusions keep them, fuse=gather too (each CTA of the pair gathers its own rows).
+  CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 4);
+  // Fusions keep them, fuse=gather too (each CTA of the pair gathers its own rows), with tail rows
+  // but for atomics.
   p.fusion = KernelSpec::parse("fuse=gather+bias,act=swiglu").fusion;
-  CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
+  CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 4);
   p.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
+  CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 4);
+  p.fusion = KernelSpec::parse("fuse=scatter+weight+atomic").fusion;
+  p.c_type = DType::f32;
   CHECK(count_pair_m(tuning_candidates(p, kHopper, 132)) == 2);
 }
 

@@ -50,7 +50,7 @@ enum class SplitK { none, tail };
 // group's A larger than L2 is read from DRAM about once instead of once per few N tiles
 // (kernel_templates/moejit/common/scheduler.cuh; opt-in: no gain measured on the suite, docs/perf.md
 // v31). Printed as ",band=b" when not 0.
-// Absorbed tail rows (Hopper bf16/f16, tile 128x256x64, cluster 1x1 or 1x2, no split; any fusion but
+// Absorbed tail rows (Hopper bf16/f16, tile 128x256x64, cluster 1x1, 1x2 or 2x1, no split; any fusion but
 // fuse=atomic: unfused, an MoE layer's gathered GEMM1 (v42) or its GEMM2 (v41)): tail = t
 // lets a group's last whole 128-row tile also multiply the up to t rows past it (roles swapped, on the
 // tile's own B stages), instead of a tile of its own that would load the whole B tile for a few rows

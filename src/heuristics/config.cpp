@@ -66,16 +66,20 @@ constexpr double kTailMaxMeanRowsScatter = 768;
 constexpr long long kTailRoundRuleMaxRounds = 12;
 
 // Rounds of tiles of `spec` (128-row tiles) over the groups, with or without absorbed tail rows.
+// Units of work as the kernel's cursor counts them: tiles, pairs of N tiles (1x2) or pair units (2x1:
+// two M tiles at one N tile, a group's odd last M tile in pairs of N tiles; common/scheduler.cuh).
 long long tail_rounds(const KernelSpec& spec, std::span<const int> group_rows, int n, int sm_count, bool absorb) {
-  const long long n_units = (n + (long long)spec.tile.n * spec.cluster_n - 1) / ((long long)spec.tile.n * spec.cluster_n);
-  long long m_tiles = 0;
+  const long long n_tiles = (n + spec.tile.n - 1) / spec.tile.n;
+  const long long n_units = (n_tiles + spec.cluster_n - 1) / spec.cluster_n;
+  long long units = 0;
   for (int r : group_rows) {
     if (r <= 0) continue;
-    m_tiles += (r + spec.tile.m - 1) / spec.tile.m;
+    long long m_tiles = (r + spec.tile.m - 1) / spec.tile.m;
     if (absorb && r > spec.tile.m && r % spec.tile.m != 0 && r % spec.tile.m <= kTailRows) --m_tiles;
+    units += spec.cluster_m == 2 ? m_tiles / 2 * n_tiles + (m_tiles % 2) * ((n_tiles + 1) / 2) : m_tiles * n_units;
   }
-  const long long ctas = std::max(1, sm_count / (spec.cluster_m * spec.cluster_n));
-  return (m_tiles * n_units + ctas - 1) / ctas;
+  const long long clusters = std::max(1, sm_count / (spec.cluster_m * spec.cluster_n));
+  return (units + clusters - 1) / clusters;
 }
 // FP8 block-scaled (hopper_fp8/). 128x192: each consumer 64x192, 1.5x the MMA work per promotion
 // and per A byte of 128x128. Re-measured on v13's kernels (H100, same process, two processes, every
@@ -367,8 +371,7 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k) {
   }
   // Absorbed tail rows follow the group sizes as well: the unsplit config with and without them.
   if (chosen.family == KernelFamily::hopper && (chosen.a == DType::bf16 || chosen.a == DType::f16) &&
-      chosen.tile == kHopperLarge.tile && chosen.stages == kHopperLarge.stages && chosen.cluster_m == 1 &&
-      !chosen.fusion.atomic) {
+      chosen.tile == kHopperLarge.tile && chosen.stages == kHopperLarge.stages && !chosen.fusion.atomic) {
     KernelSpec unsplit = chosen;
     unsplit.split = SplitK::none;
     for (int tail : {0, kTailRows}) {
@@ -542,7 +545,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   // gathered GEMM1 (v42): any fusion but atomics. Short launches by the rounds they save, long ones
   // by the rows per group (v41).
   if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
-      spec.split == SplitK::none && spec.cluster_m == 1 && !spec.fusion.atomic && spec.c != DType::e4m3 &&
+      spec.split == SplitK::none && !spec.fusion.atomic && spec.c != DType::e4m3 &&
       !problem.group_rows.empty()) {
     long long ending_in_tail = 0;
     for (int r : problem.group_rows)

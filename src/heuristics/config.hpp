@@ -49,7 +49,7 @@ bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long
 // `chosen` and the specs choose_spec returns instead for the same shapes under other routings:
 // split=tail follows the exact tile count, so 128x256 single-CTA unfused launches with long K
 // come with their twin, and absorbed tail rows (tail=24) the groups' ends, so 16-bit 128x256
-// launches on 1x1 or 1x2 (unfused, or fused without atomics: a layer's GEMM1 and GEMM2) come with
+// launches on single CTAs or pairs (unfused, or fused without atomics: a layer's GEMM1 and GEMM2) come with
 // and without them (what prewarm builds).
 std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k);
 

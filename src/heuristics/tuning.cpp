@@ -198,7 +198,7 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
         s.cluster_n = t.cluster_n;
         s.scheduler = sched;
         if (s.family == KernelFamily::portable && (arch.sm() == 86 || arch.sm() == 89)) s.stages = 3;
-        // Each config without absorbed tail rows and, where it has them, with (tail=24: 128x256 on 1x1 / 1x2).
+        // Each config without absorbed tail rows and, where it has them, with (tail=24: 16-bit 128x256).
         for (int tail : {0, kHopperTailRows}) {
           s.tail = tail;
           try {

@@ -423,10 +423,9 @@ void KernelSpec::validate() const {
   if (tail != 0) {
     if (tail != 24) fail("tail={} (rows a group's last 128-row tile absorbs: 0 or 24)", tail);
     if (!(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16) && b == a &&
-          !fusion.atomic && split == SplitK::none && tile.m == 128 && tile.n == 256 && tile.k == 64 && cluster_m == 1 &&
-          c != DType::e4m3))
-      fail("tail={} needs family=hopper, a=b=bf16|f16, no fuse=atomic, split=none, tile=128x256x64 and cluster=1x1 or "
-           "1x2 (absorbed tail rows are built for the 16-bit 128x256 kernel on single CTAs or pairs sharing A)",
+          !fusion.atomic && split == SplitK::none && tile.m == 128 && tile.n == 256 && tile.k == 64 && c != DType::e4m3))
+      fail("tail={} needs family=hopper, a=b=bf16|f16, no fuse=atomic, split=none and tile=128x256x64 (absorbed tail "
+           "rows are built for the 16-bit 128x256 kernel, on single CTAs or either CTA pair)",
            tail);
     if (stages * (tile.m + tile.n + tail) * 128 + 2048 + kCStagingBytes / 2 > 227 * 1024)
       fail("tail={} with stages={}: the stages with the tail rows do not fit in 227 KB (stages=4)", tail, stages);

@@ -34,8 +34,9 @@ struct TileCoord {
 };
 
 // kTailRows: a group's last kBlockM-row tile also takes up to this many rows past its kBlockM
-// (the 4-bit kernel's absorbed tails, common/w4_layout.cuh), so a group of kBlockM < rows <=
-// kBlockM + kTailRows is one tile, not two.
+// (the 4-bit kernel's absorbed tails, common/w4_layout.cuh; the 16-bit kernel's tail=24), so a group
+// of kBlockM < rows <= kBlockM + kTailRows is one tile, not two. With kPairs the units count the
+// M tiles so shortened (pair_unit_tile takes the same kTailRows).
 // kPairs (the Hopper kernels' CTA pairs along M, cluster=2x1): the cursor numbers the units of a pair, not
 // tiles. A group of T M tiles of kBlockM rows and NT N tiles has floor(T / 2) x NT pair units (M
 // tiles 2i, 2i + 1 at N tile n: both CTAs read the same B tile, multicast) and, when T is odd,
@@ -47,7 +48,6 @@ struct TileCoord {
 // of the tile slots at Qwen3's 1024 +- 31 rows per expert (Nsight Compute, docs/perf.md v32).
 template <int kLayout, int kBlockM, int kBlockN, int kTailRows = 0, int kBand = MOEJIT_TILE_BAND, bool kPairs = false>
 struct GroupTileCursor {
-  static_assert(!kPairs || kTailRows == 0, "CTA pair units: no absorbed tail rows");
   static_assert(kBand >= 0, "tile band: M tiles per band, 0 = off");
   int group = 0;
   int tiles_before = 0;  // tiles of groups [0, group)
@@ -190,10 +190,12 @@ struct GroupTileCursor {
 // (returns true: multicast), or, for a unit of the group's odd last M tile, that tile at N tile
 // 2j + rank (returns false: each CTA loads its own B). A rank whose N tile lies past the last gets
 // the last one's coordinates and a group_rows of 0: it loads valid memory, multiplies nothing
-// and stores nothing. Both ranks decide alike (the same unit, the same group).
-template <int kBlockM>
+// and stores nothing. Both ranks decide alike (the same unit, the same group). kTailRows: the
+// cursor's (a group's last M tile may hold up to kTailRows more rows).
+template <int kBlockM, int kTailRows = 0>
 __device__ __forceinline__ bool pair_unit_tile(TileCoord& tile, int rank, int n_tiles) {
-  const int m_tiles = (tile.group_rows + kBlockM - 1) / kBlockM;
+  const int m_tiles = kTailRows == 0 ? (tile.group_rows + kBlockM - 1) / kBlockM
+                                     : GroupTileCursor<kLayoutContiguous, kBlockM, 1, kTailRows>::m_tiles_of(tile.group_rows);
   if (2 * tile.m_block + 1 < m_tiles) {
     tile.m_block = 2 * tile.m_block + rank;
     return true;

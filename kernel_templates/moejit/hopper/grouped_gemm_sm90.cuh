@@ -90,7 +90,7 @@ __host__ __device__ constexpr int smem_bytes() {
 // a unit that is a piece of a tile loads and multiplies only its K blocks, and its consumers
 // exchange partial sums through the workspace (split_reduce) before the last piece stores C.
 //
-// kTailRows (tail=24, 128x256 on 1x1 or 1x2, any fusion but atomics, e.g. an MoE layer's gathered
+// kTailRows (tail=24, 128x256 on 1x1, 1x2 or 2x1, any fusion but atomics, e.g. an MoE layer's gathered
 // GEMM1 or its GEMM2): a group's last whole 128-row tile also takes the up to kTailRows rows past it
 // (GroupTileCursor's kTailRows), loaded by tma_tail (kTailRows-row boxes; gathered: as the tile's
 // rows, GatherTailRowsSm90) into the stage after the tile's 128 rows and multiplied with the roles
@@ -113,9 +113,9 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
   static_assert(!(Fuse::gather && kClusterN != 1), "gathered A rows are not multicast: fuse=gather pairs share B (2x1) or none");
   static_assert(!kSplitTail || (!Fuse::any && kClusterM * kClusterN == 1),
                 "split=tail: unfused single-CTA kernels only (a bias would be added once per piece)");
-  static_assert(kTailRows == 0 || (kTailRows == 24 && kBlockM == 128 && kBlockN == 256 && !kSplitTail && kClusterM == 1 &&
-                                   !Fuse::atomic && kTypeC != kE4M3),
-                "absorbed tail rows: 24, 128x256 on 1x1 or 1x2, no split, no atomic combine, 16-bit or fp32 C");
+  static_assert(kTailRows == 0 || (kTailRows == 24 && kBlockM == 128 && kBlockN == 256 && !kSplitTail && !Fuse::atomic &&
+                                   kTypeC != kE4M3),
+                "absorbed tail rows: 24, 128x256 (single CTAs or pairs), no split, no atomic combine, 16-bit or fp32 C");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // columns one consumer warpgroup computes
@@ -264,7 +264,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
           break;
         }
         bool multicast_b = true;  // 2x1: this unit's B shared by the pair (pair_unit_tile)
-        if constexpr (kPairM) multicast_b = pair_unit_tile<kBlockM>(tile, (int)rank, n_tiles);
+        if constexpr (kPairM) multicast_b = pair_unit_tile<kBlockM, kTailRows>(tile, (int)rank, n_tiles);
         const int n_block = kPairN ? tile.n_block * 2 + (int)rank : tile.n_block;
         const bool has_b = !kPairN || n_block * kBlockN < p.n;  // 1x2: odd N-tile count leaves rank 1 idle
         // 2x1: a rank without a tile (pair_unit_tile: group_rows 0) loads B only.
@@ -276,7 +276,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
         // Absorbed tail rows: the group's last whole tile also takes the up to kTailRows rows after it.
         const int rows_after = tile.group_rows - (tile.m_block + 1) * kBlockM;
         const bool has_tail = kTailRows != 0 && rows_after > 0 && rows_after <= kTailRows;
-        const unsigned tx_bytes = kPairM ? (has_a ? (a_upper ? kABytes : kAHalfBytes) : 0u) + kBBytes
+        const unsigned tx_bytes = kPairM ? (has_a ? (a_upper ? kABytes : kAHalfBytes) : 0u) + kBBytes +
+                                               (has_tail ? kTailBytes : 0u)
                                          : (a_upper ? kABytes : kAHalfBytes) + (has_b ? kBBytes : 0u) +
                                                (has_tail ? kTailBytes : 0u);
         // 2x1: this unit's B tile into the stage (both CTAs' consumers freed the slot).
@@ -353,6 +354,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
               tma_load_2d(a_stage, tma_a, full, kb * kBlockK, a_row);
               if (a_upper) tma_load_2d(a_stage + kAHalfBytes, tma_a, full, kb * kBlockK, a_row + 64);
             }
+            // Tail rows: the rank whose tile is the group's last whole one loads them into its own stage.
+            if (kTailRows != 0 && has_tail) tma_load_2d(a_stage + kABytes, *tma_tail, full, kb * kBlockK, a_row + kBlockM);
             load_b_pair(b_stages + stage * kBBytes, full, kb * kBlockK);
             if (++stage == kStages) stage = 0, phase ^= 1;
             continue;
@@ -452,7 +455,7 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
       if constexpr (kSplitTail) unit = split_unit(p, tile_index, num_k_blocks);
       const int kb_begin = unit.kb_begin, kb_end = unit.kb_end;
       if (!cursor.seek(p, unit.tile, tile)) break;
-      if constexpr (kPairM) pair_unit_tile<kBlockM>(tile, (int)rank, n_tiles);  // as the producer: group_rows 0 = no tile
+      if constexpr (kPairM) pair_unit_tile<kBlockM, kTailRows>(tile, (int)rank, n_tiles);  // as the producer: group_rows 0 = no tile
       const int n_block = kPairN ? tile.n_block * 2 + (int)rank : tile.n_block;
 
       // Rows of this warpgroup inside the group (group-local): none when the group ends in the
