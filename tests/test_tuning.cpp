@@ -528,6 +528,33 @@ TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group (768 on a layer
   CHECK(choose_fused("scatter+weight", "silu").tail == 24);
 }
 
+TEST_CASE("pairs sharing A (1x2) with tail rows become pairs sharing B (2x1) where the tail rows leave nearly every group an even M-tile count (v42)", "[tuning][heuristic]") {
+  auto choose = [](const std::vector<int>& rows) {
+    long long total = 0;
+    for (int r : rows) total += r;
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)rows.size(), 4096, 7168, total, rows};
+    return choose_spec(p, kHopper, 132);
+  };
+  // DeepSeek-V3 up 8192 (256 +- 16 rows): groups of 257-280 rows are 2 M tiles with tail rows.
+  std::vector<int> even(256);
+  for (int g = 0; g < 256; ++g) even[g] = g % 2 ? 248 : 264;
+  KernelSpec s = choose(even);
+  CHECK(s.tail == 24);
+  CHECK((s.cluster_m == 2 && s.cluster_n == 1));
+  // One group in 8 left odd (3 M tiles) still moves; more than that stays on 1x2.
+  std::vector<int> some_odd = even;
+  for (int g = 0; g < 32; ++g) some_odd[8 * g] = 300;
+  CHECK(choose(some_odd).cluster_m == 2);
+  some_odd[1] = 300;
+  s = choose(some_odd);
+  CHECK(s.tail == 24);
+  CHECK((s.cluster_m == 1 && s.cluster_n == 2));
+  // Without tail rows (no group ending 1-24 rows past a tile) the first pair rule's 1x2 stays.
+  s = choose(std::vector<int>(256, 256));
+  CHECK(s.tail == 0);
+  CHECK(s.cluster_n == 2);
+}
+
 TEST_CASE("tuning table: stores, merges, survives garbage lines, disabled without a folder", "[tuning]") {
   TempDir dir;
   TuningTable table(dir.str(), "NVIDIA H100 80GB HBM3", 13000, "0.1.0", "0123456789abcdef0123456789abcdef");

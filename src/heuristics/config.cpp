@@ -64,6 +64,16 @@ constexpr double kTailMaxMeanRowsScatter = 768;
 // layer router's groups (no round saved) and 0.88-0.97x under the suite's (3 rounds -> 2); at 4096
 // tokens (1024 rows, ~9 rounds) 0.95x in one routing and 1.00x in another.
 constexpr long long kTailRoundRuleMaxRounds = 12;
+// CTA pairs with tail rows: where the first pair rule shares A (1x2) and the launch takes tail rows,
+// pairs sharing B (2x1) instead, when with the tail rows at most 1 / kEvenPairShareInverse of the
+// active groups have an odd M-tile count. 2x1 lost where odd counts left a group's last M tile to be
+// split along N without sharing (DeepSeek-V3 up 8192, 256 +- 16 rows per expert: 1.07-1.10x the
+// time of 1x2, v40); tail rows turn the groups of 257-280 rows from 3 M tiles into 2, and then B
+// shared by both tiles of a group pays: in turns (H100, docs/results/2026-11-27-v42-pairs-tail-data.csv)
+// DeepSeek-V3 up 8192 on 2x1 with tail rows took 0.84-0.86x the time of 1x2 with them (0.89x of 1x2
+// without), its fused GEMM2 (scatter + weight) 0.976x; the unfused down 8192 (K = 2048) 1.009x, one
+// process (docs/results/2026-11-27-v42-even-pairs-turns.csv).
+constexpr int kEvenPairShareInverse = 8;
 
 // Rounds of tiles of `spec` (128-row tiles) over the groups, with or without absorbed tail rows.
 // Units of work as the kernel's cursor counts them: tiles, pairs of N tiles (1x2) or pair units (2x1:
@@ -555,6 +565,13 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
                           ? tail_rounds(spec, problem.group_rows, problem.n, sm_count, true) < rounds
                           : mean_rows < (spec.fusion.linear_scatter() ? kTailMaxMeanRowsScatter : kTailMaxMeanRows);
     if (ending_in_tail * kTailMinShareInverse >= active && pays) spec.tail = kTailRows;
+    if (spec.tail != 0 && spec.cluster_n == 2) {
+      long long odd = 0;
+      for (int r : problem.group_rows)
+        if (r > 0) odd += (r > spec.tile.m && r % spec.tile.m != 0 && r % spec.tile.m <= kTailRows ? r / spec.tile.m
+                                                                                                   : (r + spec.tile.m - 1) / spec.tile.m) % 2;
+      if (odd * kEvenPairShareInverse <= active) spec.cluster_n = 1, spec.cluster_m = 2;
+    }
   }
   spec.validate();
   return spec;
