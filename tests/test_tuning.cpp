@@ -468,7 +468,7 @@ TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group (768 on a layer
   CHECK(choose_spec(unknown, kHopper, 132).tail == 0);
   CHECK(choose(std::vector<int>(256, 40), 4096, 7168).tail == 0);  // 64x128
   // Prewarm builds the twin.
-  auto variants = routing_variants(s, 7168);
+  auto variants = routing_variants(s, 4096, 7168);
   CHECK(std::find_if(variants.begin(), variants.end(), [](const KernelSpec& v) { return v.tail == 0; }) != variants.end());
   // A layer's GEMM2 (scattered rows, weighted, biased) takes them too (v41), and its gathered GEMM1
   // (v42); atomic combines do not.
@@ -482,12 +482,12 @@ TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group (768 on a layer
   };
   KernelSpec gemm2 = choose_fused("scatter+weight+bias", "none");
   CHECK(gemm2.tail == 24);
-  auto gemm2_variants = routing_variants(gemm2, 2048);
+  auto gemm2_variants = routing_variants(gemm2, 7168, 2048);
   CHECK(std::find_if(gemm2_variants.begin(), gemm2_variants.end(), [](const KernelSpec& v) { return v.tail == 0; }) !=
         gemm2_variants.end());
   KernelSpec gemm1 = choose_fused("gather+bias", "swiglu_oai");
   CHECK(gemm1.tail == 24);
-  auto gemm1_variants = routing_variants(gemm1, 2048);
+  auto gemm1_variants = routing_variants(gemm1, 7168, 2048);
   CHECK(std::find_if(gemm1_variants.begin(), gemm1_variants.end(), [](const KernelSpec& v) { return v.tail == 0; }) !=
         gemm1_variants.end());
   // Up to 768 rows per group (no C staging to give up): DeepSeek-V3 at 16384 tokens takes them.
@@ -553,6 +553,15 @@ TEST_CASE("pairs sharing A (1x2) with tail rows become pairs sharing B (2x1) whe
   s = choose(std::vector<int>(256, 256));
   CHECK(s.tail == 0);
   CHECK(s.cluster_n == 2);
+  // Prewarm builds the other pair for other routings: 1x2's 2x1 twin with tail rows, and back.
+  auto has = [](const std::vector<KernelSpec>& v, int cluster_m, int tail) {
+    return std::find_if(v.begin(), v.end(), [&](const KernelSpec& x) { return x.cluster_m == cluster_m && x.tail == tail; }) !=
+           v.end();
+  };
+  CHECK(has(routing_variants(s, 4096, 7168), 2, 24));
+  const auto back = routing_variants(choose(even), 4096, 7168);
+  CHECK(has(back, 1, 0));
+  CHECK(has(back, 1, 24));
 }
 
 TEST_CASE("tuning table: stores, merges, survives garbage lines, disabled without a folder", "[tuning]") {

@@ -227,7 +227,7 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
     try {
       KernelSpec spec = rt->choose_spec(call.args);
       // Another routing may pick the spec's split=tail twin (heuristics/config.hpp).
-      for (const KernelSpec& s : routing_variants(spec, call.args.k))
+      for (const KernelSpec& s : routing_variants(spec, call.args.n, call.args.k))
         if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
       return std::optional<KernelSpec>(spec);
     } catch (const SpecError& e) {

@@ -368,7 +368,7 @@ KernelSpec with_split_tail(KernelSpec spec, const GemmProblem& problem, long lon
 }
 }  // namespace
 
-std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k) {
+std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k) {
   std::vector<KernelSpec> out = {chosen};
   auto add = [&](const KernelSpec& s) {
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
@@ -387,6 +387,14 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k) {
     for (int tail : {0, kTailRows}) {
       unsplit.tail = tail;
       add(unsplit);
+    }
+    // On whole N, pairs sharing A (1x2) become pairs sharing B (2x1) where tail rows leave the
+    // groups' M-tile counts even (choose_spec), and back where they do not: both pairs, each with
+    // and without tail rows. (Ragged N and gathered rows take 2x1 whatever the routing.)
+    if (chosen.cluster_m * chosen.cluster_n == 2 && !chosen.fusion.gather_a && n % chosen.tile.n == 0) {
+      KernelSpec other = unsplit;
+      other.cluster_m = chosen.cluster_n, other.cluster_n = chosen.cluster_m;
+      for (int tail : {0, kTailRows}) other.tail = tail, add(other);
     }
   }
   return out;

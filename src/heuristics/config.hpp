@@ -50,8 +50,8 @@ bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long
 // split=tail follows the exact tile count, so 128x256 single-CTA unfused launches with long K
 // come with their twin, and absorbed tail rows (tail=24) the groups' ends, so 16-bit 128x256
 // launches on single CTAs or pairs (unfused, or fused without atomics: a layer's GEMM1 and GEMM2) come with
-// and without them (what prewarm builds).
-std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int k);
+// and without them, and on whole N a CTA pair with the other pair (what prewarm builds).
+std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k);
 
 }  // namespace moejit
 
