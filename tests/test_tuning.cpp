@@ -562,6 +562,9 @@ TEST_CASE("pairs sharing A (1x2) with tail rows become pairs sharing B (2x1) whe
   const auto back = routing_variants(choose(even), 4096, 7168);
   CHECK(has(back, 1, 0));
   CHECK(has(back, 1, 24));
+  // Ragged N (gpt-oss: 2880) shares B whatever the routing: no 1x2 twin.
+  KernelSpec ragged = choose(even);
+  for (const KernelSpec& v : routing_variants(ragged, 2880, 7168)) CHECK(v.cluster_n == 1);
 }
 
 TEST_CASE("tuning table: stores, merges, survives garbage lines, disabled without a folder", "[tuning]") {
