@@ -75,6 +75,13 @@ constexpr long long kTailRoundRuleMaxRounds = 12;
 // process (docs/results/2026-11-27-v42-even-pairs-turns.csv).
 constexpr int kEvenPairShareInverse = 8;
 
+// A group of `rows` rows ends 1..kTailRows rows past a whole tile of tile_m rows (its last whole tile
+// can absorb them), and its M tiles with or without that absorption (GroupTileCursor::m_tiles_of).
+bool ends_in_tail(int rows, int tile_m) { return rows > tile_m && rows % tile_m != 0 && rows % tile_m <= kTailRows; }
+long long m_tiles_of(int rows, int tile_m, bool absorb) {
+  return (rows + tile_m - 1) / tile_m - (absorb && ends_in_tail(rows, tile_m) ? 1 : 0);
+}
+
 // Rounds of tiles of `spec` (128-row tiles) over the groups, with or without absorbed tail rows.
 // Units of work as the kernel's cursor counts them: tiles, pairs of N tiles (1x2) or pair units (2x1:
 // two M tiles at one N tile, a group's odd last M tile in pairs of N tiles; common/scheduler.cuh).
@@ -84,8 +91,7 @@ long long tail_rounds(const KernelSpec& spec, std::span<const int> group_rows, i
   long long units = 0;
   for (int r : group_rows) {
     if (r <= 0) continue;
-    long long m_tiles = (r + spec.tile.m - 1) / spec.tile.m;
-    if (absorb && r > spec.tile.m && r % spec.tile.m != 0 && r % spec.tile.m <= kTailRows) --m_tiles;
+    const long long m_tiles = m_tiles_of(r, spec.tile.m, absorb);
     units += spec.cluster_m == 2 ? m_tiles / 2 * n_tiles + (m_tiles % 2) * ((n_tiles + 1) / 2) : m_tiles * n_units;
   }
   const long long clusters = std::max(1, sm_count / (spec.cluster_m * spec.cluster_n));
@@ -567,7 +573,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
       !problem.group_rows.empty()) {
     long long ending_in_tail = 0;
     for (int r : problem.group_rows)
-      if (r > spec.tile.m && r % spec.tile.m != 0 && r % spec.tile.m <= kTailRows) ++ending_in_tail;
+      if (ends_in_tail(r, spec.tile.m)) ++ending_in_tail;
     const long long rounds = tail_rounds(spec, problem.group_rows, problem.n, sm_count, false);
     const bool pays = rounds <= kTailRoundRuleMaxRounds
                           ? tail_rounds(spec, problem.group_rows, problem.n, sm_count, true) < rounds
@@ -576,8 +582,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     if (spec.tail != 0 && spec.cluster_n == 2) {
       long long odd = 0;
       for (int r : problem.group_rows)
-        if (r > 0) odd += (r > spec.tile.m && r % spec.tile.m != 0 && r % spec.tile.m <= kTailRows ? r / spec.tile.m
-                                                                                                   : (r + spec.tile.m - 1) / spec.tile.m) % 2;
+        if (r > 0) odd += m_tiles_of(r, spec.tile.m, true) % 2;
       if (odd * kEvenPairShareInverse <= active) spec.cluster_n = 1, spec.cluster_m = 2;
     }
   }
