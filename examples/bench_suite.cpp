@@ -8,6 +8,8 @@
 // times one more shape after the suite's (MODELS selects it by name like the others).
 // An override that does not validate for a case (BENCH_SPECS=cluster=2x1 on 64-row decode tiles)
 // is skipped for that case with a note on stderr.
+// ROUTING=skewed: every case routed with hot and dead experts instead (moe_models.hpp,
+// route_top_k_skewed); the peers read the same group sizes from the routing file.
 // It also writes the routing of every case to ROUTING_FILE (argv[1], default routing.csv) so that
 // tests/gpu/peers.py times torch._grouped_mm on exactly the same group sizes in the same run.
 //
@@ -296,8 +298,10 @@ int main(int argc, char** argv) {
     std::stringstream s(env);
     for (std::string t; std::getline(s, t, ',');) token_counts.push_back(std::stoi(t));
   }
+  const bool skewed = moejit::examples::skewed_routing_requested();
   moejit::Runtime rt;
-  fmt::print(stderr, "device {} ({}, {} SMs)\n", rt.device_name(), rt.arch().to_text(), rt.sm_count());
+  fmt::print(stderr, "device {} ({}, {} SMs), {} routing\n", rt.device_name(), rt.arch().to_text(), rt.sm_count(),
+             skewed ? "skewed" : "random");
   FILE* routing = std::fopen(routing_path, "w");
   const bool tune_mode = std::getenv("BENCH_TUNE") && std::string(std::getenv("BENCH_TUNE")) != "0";
   moejit::TuneOptions tune_options;
@@ -405,7 +409,8 @@ int main(int argc, char** argv) {
         fill_pattern(d_b_scales, b_scale_bytes, scales_pattern);
       }
       for (int tokens : token_counts) {
-        std::vector<int> counts = moejit::examples::route_top_k(tokens, m, rng);
+        std::vector<int> counts = skewed ? moejit::examples::route_top_k_skewed(tokens, m, rng)
+                                         : moejit::examples::route_top_k(tokens, m, rng);
         std::vector<int> offsets(m.experts + 1, 0);
         std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
         int rows = offsets.back();
