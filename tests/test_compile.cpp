@@ -713,6 +713,25 @@ TEST_CASE("2x1 CTA pairs compile with HGMMA, multicast TMA of B, no spills", "[c
   check_variants(pair_m_variants(false), "hopper 2x1 pairs", "HGMMA", "UTMALDG.2D.MULTICAST");
 }
 
+// The mixed tile order (mix=R, v43): the kernel's two cursors, on single CTAs and both pairs, with
+// tail rows, on the 64-row tile, and a layer's gathered GEMM1.
+TEST_CASE("mixed tile order variants compile with HGMMA, no spills", "[compile][nvrtc][mix]") {
+  std::vector<KernelSpec> specs;
+  for (const char* text : {"family=hopper,tile=128x256x64,stages=4,sched=dynamic,mix=256",
+                           "family=hopper,tile=128x256x64,stages=4,sched=static,layout=masked,mix=256",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,mix=256",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=static,mix=256",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=static,tail=24,mix=256",
+                           "family=hopper,a=f16,b=f16,c=f32,tile=128x256x64,stages=4,sched=dynamic,tail=24,mix=128",
+                           "family=hopper,tile=64x128x64,stages=8,sched=dynamic,mix=256",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,fuse=gather,act=swiglu,glu=split,mix=256",
+                           "family=hopper,tile=128x256x64,stages=4,sched=dynamic,fuse=gather+bias,act=swiglu_oai,tail=24,mix=256"}) {
+    specs.push_back(KernelSpec::parse(text));
+    specs.back().validate();
+  }
+  check_variants(specs, "hopper mixed tile order", "HGMMA");
+}
+
 TEST_CASE("2x1 CTA pairs: every layout, scheduler, C type and some fusions", "[.][pairs_m_all]") {
   check_variants(pair_m_variants(true), "hopper 2x1 pairs (all)", "HGMMA", "UTMALDG.2D.MULTICAST");
 }

@@ -190,6 +190,37 @@ TEST_CASE("tile bands (band=N): Mixtral-like and DeepSeek-like groups, each clus
   }
 }
 
+TEST_CASE("mixed tile order (mix=R): skewed groups, hot ones beside small and empty ones, each cluster and scheduler", "[gpu][mix]") {
+  // Heavy groups (>= R rows) of 2-24 M tiles, light ones of 1-255 rows, empty ones; groups at R - 1,
+  // R and R + 1 rows; N = 1000 (a partial last N tile), K = 320. Dynamic launches run twice (the
+  // counter's reset).
+  const Arch arch = runtime().arch();
+  if (!(arch.sm() == 90 && arch.arch_specific)) {
+    WARN("no sm_90a device: the mixed tile order not tested");
+    return;
+  }
+  std::mt19937 rng(9001);
+  const std::vector<int> skewed = {3000, 0, 5, 700, 1, 129, 256, 255, 257, 40, 0, 1000, 17, 300, 0, 2};
+  for (const char* text : {"tile=128x256x64,stages=4,sched=dynamic,mix=256",
+                           "tile=128x256x64,stages=4,sched=static,mix=256",
+                           "tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,mix=256",
+                           "tile=128x256x64,stages=4,cluster=1x2,sched=static,layout=masked,mix=256",
+                           "tile=128x256x64,stages=4,cluster=2x1,sched=static,mix=256",
+                           "tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,mix=256",
+                           "tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,tail=24,mix=256",
+                           "tile=128x256x64,stages=4,sched=dynamic,tail=24,c=f32,mix=128",
+                           "tile=128x256x64,stages=4,sched=dynamic,a=f16,b=f16,c=f16,layout=masked,mix=64",
+                           "tile=64x128x64,stages=8,sched=dynamic,mix=256",
+                           "tile=128x128x64,stages=6,sched=dynamic,band=2,mix=192"}) {
+    KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,arch={},{}", arch.to_text(), text));
+    spec.validate();
+    auto p = make_problem(spec, skewed, 1000, 320, rng);
+    run_and_check(spec, p, "mixed order", spec.scheduler == Scheduler::dynamic ? 2 : 1);
+    auto all_light = make_problem(spec, {3, 0, 100, 1}, 1000, 320, rng);
+    run_and_check(spec, all_light, "mixed order, no heavy group", spec.scheduler == Scheduler::dynamic ? 2 : 1);
+  }
+}
+
 TEST_CASE("all groups empty: nothing is written", "[gpu]") {
   std::mt19937 rng(7);
   for (auto& spec : all_specs()) {

@@ -68,6 +68,10 @@ unsigned __ballot_sync(unsigned, bool b) {
     return (int)bits;
   });
 }
+int __shfl_xor_sync(unsigned, int v, int mask) {
+  const unsigned lane = threadIdx.x;
+  return host_warp->exchange(v, [&] { return host_warp->slot[lane ^ (unsigned)mask]; });
+}
 int __ffs(unsigned v) { return __builtin_ffs(static_cast<int>(v)); }
 }  // namespace
 #include "moejit/common/scheduler.cuh"
@@ -469,4 +473,128 @@ TEST_CASE("FP8 CTA pairs: pair units, the odd last M tile split along N, no idle
       }
   check_pair_units<kLayoutContiguous, 2>(cases[1], 640, false, 5);  // bands over the pair units
   check_pair_units<kLayoutContiguous, 3>(qwen, 4096, false, 66);
+}
+
+// The mixed tile order (KernelSpec::mix, MixedTileCursor): tile t is the heavy stream's (groups of
+// at least R rows) where floor((t + 1) H / T) > floor(t H / T), else the light stream's. Checks,
+// with skewed, even, all-heavy, all-light and empty group sizes, both layouts, tail rows and 2x1
+// pair units, static and dynamic fetch orders:
+//  - count_tiles (one host-emulated warp) gives the plain cursor's total and the heavy groups' share;
+//  - every unit of the plain numbering is found exactly once, each from its group's class;
+//  - seek returns false from tile T on, with T in tiles_before (the kernels' unit count);
+//  - every static round of `ctas` tiles holds heavy tiles in proportion (within one).
+namespace {
+
+template <int kLayout, int kTail, bool kPairs, int kR>
+void check_mixed(const std::vector<int>& rows, int n, bool masked, int ctas, bool dynamic, std::mt19937& rng) {
+  INFO("mixed order R " << kR << ": groups " << rows.size() << " n " << n << (masked ? " masked" : " contiguous")
+                        << " ctas " << ctas << (dynamic ? " dynamic" : " static") << " tail " << kTail
+                        << (kPairs ? " pairs" : ""));
+  const HostGroups host(rows, n, 11);
+  const GroupedGemmParams p = host.params(masked);
+  using Mixed = MixedTileCursor<kLayout, kBlockM, kBlockN, kTail, 0, kPairs, kR>;
+
+  // The plain numbering's units, and which of them are heavy.
+  GroupTileCursor<kLayout, kBlockM, kBlockN, kTail, 0, kPairs> plain;
+  std::map<Work, int> expected;
+  int total = 0, heavy_expected = 0;
+  for (TileCoord c{}; plain.seek(p, total, c); ++total) {
+    expected[{c.group, c.m_block, c.n_block}] = 1;
+    heavy_expected += rows[c.group] >= kR ? 1 : 0;
+  }
+  REQUIRE(plain.tiles_before == total);
+
+  // The kernel's warp 1 sizes the streams: every lane gets the sums.
+  HostWarp warp;
+  host_warp = &warp;
+  std::vector<int> heavy(32), all(32);
+  std::vector<std::thread> lanes;
+  for (unsigned lane = 0; lane < 32; ++lane)
+    lanes.emplace_back([&, lane] {
+      threadIdx.x = lane;
+      Mixed::All::count_tiles(p, kR, heavy[lane], all[lane]);
+    });
+  for (auto& t : lanes) t.join();
+  host_warp = nullptr;
+  for (int lane = 0; lane < 32; ++lane) {
+    REQUIRE(all[lane] == total);
+    REQUIRE(heavy[lane] == heavy_expected);
+  }
+
+  // The tile numbers each CTA asks for, through one past the end (static: c + i ctas; dynamic: a
+  // random interleaving of fetches from one counter).
+  std::vector<std::vector<int>> numbers(ctas);
+  if (!dynamic) {
+    for (int c = 0; c < ctas; ++c)
+      for (int t = c; t <= total; t += ctas) numbers[c].push_back(t);
+  } else {
+    std::vector<bool> done(ctas, false);
+    int counter = 0, running = ctas;
+    while (running > 0) {
+      const int c = (int)(rng() % ctas);
+      if (done[c]) continue;
+      numbers[c].push_back(counter);
+      if (counter++ >= total) done[c] = true, --running;
+    }
+  }
+  std::map<Work, int> found;
+  std::vector<int> heavy_in_round((total + ctas - 1) / ctas + 1, 0);
+  for (int c = 0; c < ctas; ++c) {
+    Mixed cursor;
+    cursor.set_totals(heavy_expected, total);
+    for (int t : numbers[c]) {
+      TileCoord tile{};
+      const bool ok = cursor.seek(p, t, tile);
+      REQUIRE(ok == (t < total));
+      if (!ok) {
+        CHECK(cursor.tiles_before == total);
+        break;
+      }
+      const long long h = (long long)t * heavy_expected / total, h_next = (long long)(t + 1) * heavy_expected / total;
+      CHECK((rows[tile.group] >= kR) == (h_next > h));  // the slot's stream is the group's class
+      ++found[{tile.group, tile.m_block, tile.n_block}];
+      if (rows[tile.group] >= kR) ++heavy_in_round[t / ctas];
+    }
+  }
+  CHECK(found == expected);
+  if (total > 0) {
+    for (int r = 0; r + 1 < (int)heavy_in_round.size() && (long long)(r + 1) * ctas <= total; ++r) {
+      const long long want = (long long)ctas * heavy_expected / total;  // a whole round's share, +-1
+      CHECK(std::abs(heavy_in_round[r] - want) <= 1);
+    }
+  }
+}
+
+template <int kR>
+void check_mixed_all(const std::vector<int>& rows, std::mt19937& rng) {
+  for (bool masked : {false, true})
+    for (bool dynamic : {false, true})
+      for (int ctas : {1, 7, 132})
+        for (int n : {640, 4096}) {
+          if (masked)
+            check_mixed<kLayoutMasked, 0, false, kR>(rows, n, true, ctas, dynamic, rng);
+          else
+            check_mixed<kLayoutContiguous, 0, false, kR>(rows, n, false, ctas, dynamic, rng);
+          check_mixed<kLayoutContiguous, 24, false, kR>(rows, n, false, ctas, dynamic, rng);
+          check_mixed<kLayoutContiguous, 24, true, kR>(rows, n, false, ctas, dynamic, rng);  // 2x1 pair units
+        }
+}
+
+}  // namespace
+
+TEST_CASE("mixed tile order: heavy and light groups' tiles interleaved in proportion, each tile once", "[scheduler][mix]") {
+  std::mt19937 rng(23);
+  // Skewed like bench_suite's ROUTING=skewed at 4096 tokens of DeepSeek-V3: a few hot experts, many
+  // small ones, a few empty.
+  std::vector<int> skewed = {3859, 2959, 2214, 1700, 1300, 900, 600, 400, 300, 257, 256, 255, 200, 129, 128, 100};
+  for (int i = 0; i < 200; ++i) skewed.push_back(i % 9 == 0 ? 0 : 1 + (int)(rng() % 90));
+  std::shuffle(skewed.begin(), skewed.end(), rng);
+  check_mixed_all<256>(skewed, rng);
+  check_mixed_all<256>({512, 530, 490, 512, 511, 534, 0, 600}, rng);  // all heavy but the empty one
+  check_mixed_all<256>({3, 0, 17, 100, 255, 1}, rng);                  // all light
+  check_mixed_all<256>({0, 0}, rng);                                   // no tiles
+  check_mixed_all<64>({64, 63, 1, 4000, 65}, rng);                     // the smallest bound
+  // Over 65535 tiles: the cursor's 64-bit division.
+  check_mixed<kLayoutContiguous, 0, false, 256>({600000, 5, 100, 0, 70000, 3}, 4096, false, 132, false, rng);
+  check_mixed<kLayoutContiguous, 0, false, 256>({600000, 5, 100, 0, 70000, 3}, 4096, false, 61, true, rng);
 }

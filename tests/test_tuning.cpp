@@ -65,6 +65,7 @@ TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key
   vary([](KernelSpec& s) { s.split = SplitK::tail; });
   vary([](KernelSpec& s) { s.band = 4; });  // a tile order is another kernel (was missing from the key)
   vary([](KernelSpec& s) { s.tail = 24; });
+  vary([](KernelSpec& s) { s.mix = 256; });  // the mixed tile order (v43)
   std::set<std::pair<std::uint64_t, std::uint64_t>> keys;
   keys.insert({pack_spec(base)->lo, pack_spec(base)->hi});
   for (auto& v : variants) {

@@ -4,7 +4,7 @@
 //   tile=128x128x32,stages=4,warps=2x4,cluster=1x1,sched=static,fuse=none,act=none
 //
 // A GLU activation adds ",glu=interleaved|split" after act (printed only then, or when split);
-// ",b_scales=", ",split=", ",band=" and ",tail=" follow when not their defaults.
+// ",b_scales=", ",split=", ",band=", ",tail=" and ",mix=" follow when not their defaults.
 //
 // to_text() prints every field in that order; parse() accepts the fields in any order,
 // fills omitted ones with defaults, and rejects unknown fields or values with a SpecError
@@ -56,6 +56,11 @@ enum class SplitK { none, tail };
 // tile's own B stages), instead of a tile of its own that would load the whole B tile for a few rows
 // (docs/perf.md v40). The stages then hold t more A rows and the C staging one chunk per consumer.
 // 0 or 24; printed as ",tail=t" when not 0.
+// Mixed tile order (Hopper bf16/f16, no split, not 2x1 pairs with tail rows): mix = R interleaves the tiles of groups of at least R
+// rows with the others' in proportion to their counts, instead of group by group, so that under
+// skewed routing the hot experts' compute-bound tiles run beside the other experts' DRAM-bound ones
+// rather than in rounds of their own (kernel_templates/moejit/common/scheduler.cuh, MixedTileCursor;
+// docs/perf.md v43). A multiple of 64 up to 4032; 0 = off. Printed as ",mix=R" when not 0.
 inline bool is_glu(Activation a) { return a == Activation::swiglu || a == Activation::swiglu_oai; }
 
 // Compute capability, e.g. {9, 0, true} is sm_90a (arch-specific features: wgmma, setmaxnreg).
@@ -118,6 +123,7 @@ struct KernelSpec {
   SplitK split = SplitK::none;       // hopper bf16/f16/e4m3, unfused, cluster 1x1 only
   int band = 0;                      // hopper only: M tiles per band of the tile order (0 = off)
   int tail = 0;                      // hopper 16-bit only: rows a group's last 128-row tile absorbs (0 or 24)
+  int mix = 0;                       // hopper 16-bit only: row bound of the mixed tile order's heavy groups (0 = off)
 
   std::string to_text() const;
   static KernelSpec parse(std::string_view text);  // throws SpecError

@@ -31,7 +31,7 @@ struct SpecKeyHash {
 
 // Every field of KernelSpec goes into the key: a field left out makes two specs share one entry
 // (band did until 2026-11-27). A new field changes these sizes; pack it, then update them.
-static_assert(sizeof(KernelSpec) == 108 && sizeof(Fusion) == 20, "KernelSpec changed: pack the new field in pack_spec");
+static_assert(sizeof(KernelSpec) == 112 && sizeof(Fusion) == 20, "KernelSpec changed: pack the new field in pack_spec");
 
 // nullopt when a field does not fit its bits (such a spec never validates); callers then take
 // the text-keyed path, so packing can never make two different specs share an entry.
@@ -75,7 +75,8 @@ inline std::optional<SpecKey> pack_spec(const KernelSpec& s) {
   put(hi, static_cast<int>(s.split), 1);
   put(hi, s.band, 11);  // 0..1024; until 2026-11-27 left out, so band=b shared band=0's entry
   put(hi, s.tail, 6);
-  // 58 bits
+  put(hi, s.mix % 64 == 0 ? s.mix / 64 : -1, 6);  // validate(): a multiple of 64 up to 4032
+  // 64 bits
   if (!fits) return std::nullopt;
   return SpecKey{lo, hi};
 }

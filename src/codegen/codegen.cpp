@@ -81,9 +81,10 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
       fmt::arg("fusion", fusion_code(spec.fusion)),
       fmt::arg("b_channels", spec.b_scales == ScaleB::channels ? "true" : "false"),
       fmt::arg("grid_dependency", spec.grid_dependency() ? "true" : "false"),
-      // Tile bands (band=N): a define ahead of the first include (common/scheduler.cuh reads it);
-      // nothing without, so that the sources of specs without a band stay as they were.
-      fmt::arg("tile_band", spec.band == 0 ? std::string() : fmt::format("#define MOEJIT_TILE_BAND {}\n", spec.band)));
+      // Tile order (band=N, mix=R): defines ahead of the first include (common/scheduler.cuh reads
+      // them); nothing without, so that the sources of specs without them stay as they were.
+      fmt::arg("tile_order", (spec.band == 0 ? std::string() : fmt::format("#define MOEJIT_TILE_BAND {}\n", spec.band)) +
+                                 (spec.mix == 0 ? std::string() : fmt::format("#define MOEJIT_TILE_MIX_ROWS {}\n", spec.mix))));
   return out;
 }
 

@@ -172,6 +172,7 @@ std::string KernelSpec::to_text() const {
   if (split != SplitK::none) out += fmt::format(",split={}", moejit::to_text(split));
   if (band != 0) out += fmt::format(",band={}", band);
   if (tail != 0) out += fmt::format(",tail={}", tail);
+  if (mix != 0) out += fmt::format(",mix={}", mix);
   return out;
 }
 
@@ -249,13 +250,14 @@ KernelSpec KernelSpec::parse(std::string_view text) {
   if (auto v = take("split")) s.split = kSplitKs.parse("split", *v);
   if (auto v = take("band")) s.band = parse_int("band", *v);
   if (auto v = take("tail")) s.tail = parse_int("tail", *v);
+  if (auto v = take("mix")) s.mix = parse_int("mix", *v);
 
-  static constexpr std::array<std::string_view, 20> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
+  static constexpr std::array<std::string_view, 21> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
                                                               "tile",   "stages", "warps", "cluster", "sched", "fuse", "act",
-                                                              "glu",    "gather_by", "b_scales", "split", "band", "tail"};
+                                                              "glu",    "gather_by", "b_scales", "split", "band", "tail", "mix"};
   for (auto& [name, value] : fields)
     if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end())
-      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales, split, band, tail)", name));
+      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales, split, band, tail, mix)", name));
   return s;
 }
 
@@ -429,6 +431,16 @@ void KernelSpec::validate() const {
            tail);
     if (stages * (tile.m + tile.n + tail) * 128 + 2048 + kCStagingBytes / 2 > 227 * 1024)
       fail("tail={} with stages={}: the stages with the tail rows do not fit in 227 KB (stages=4)", tail, stages);
+  }
+  if (mix != 0) {
+    if (mix < 0 || mix % 64 != 0 || mix > 4032)
+      fail("mix={} (row bound of the mixed tile order's heavy groups: 0 = off, or a multiple of 64 up to 4032)", mix);
+    if (!(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16) && b == a && split == SplitK::none))
+      fail("mix={} needs family=hopper, a=b=bf16|f16 and split=none (the mixed tile order is built for the 16-bit "
+           "Hopper kernel)",
+           mix);
+    // The two cursors' state beside 2x1 pairs' tail rows spilled 8 bytes (ptxas, static scheduler).
+    if (cluster_m == 2 && tail != 0) fail("mix={} with cluster=2x1 and tail={} (its consumers spill: not built)", mix, tail);
   }
   if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
     fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));

@@ -13,11 +13,21 @@
 // band. Where a group's A is larger than L2 (Mixtral at 16384 tokens: 4096 rows x K), the plain
 // order re-reads all of A for every few N tiles; a band keeps kBand M tiles of A in L2 while B streams
 // past. Opt-in: on the suite's Mixtral cases it bought nothing (docs/perf.md v31).
+//
+// Mixed tile order (KernelSpec::mix, MOEJIT_TILE_MIX_ROWS = R; 0 = off; MixedTileCursor below): the
+// tiles of groups of R rows or more (heavy: compute per weight byte) and those of the others (light:
+// weight bytes per FLOP) as two streams, each in the order above, interleaved in proportion to their
+// tile counts. Under skewed routing a few hot experts hold most of the rows; in group order their
+// tiles run as compute-bound rounds and the rest as DRAM-bound ones, so the launch takes about the
+// sum of the two instead of the larger (docs/perf.md v43).
 #pragma once
 #include "moejit/params.cuh"
 
 #ifndef MOEJIT_TILE_BAND
 #define MOEJIT_TILE_BAND 0
+#endif
+#ifndef MOEJIT_TILE_MIX_ROWS
+#define MOEJIT_TILE_MIX_ROWS 0
 #endif
 
 namespace moejit {
@@ -46,9 +56,15 @@ struct TileCoord {
 // (m_block = floor(T / 2), n_block = j); pair_unit_tile() below gives each rank its tile.
 // Why: with one 2i, 2i + 1 pair per unit, rank 1 idled through a group's odd last tile: about 9%
 // of the tile slots at Qwen3's 1024 +- 31 rows per expert (Nsight Compute, docs/perf.md v32).
-template <int kLayout, int kBlockM, int kBlockN, int kTailRows = 0, int kBand = MOEJIT_TILE_BAND, bool kPairs = false>
+// Group classes for the mixed order (MixedTileCursor): a cursor of class kClassHeavy walks only the
+// groups of at least kClassRows rows, one of class kClassLight only the others; the rest count no tiles.
+enum TileClass : int { kClassAll = 0, kClassHeavy = 1, kClassLight = 2 };
+
+template <int kLayout, int kBlockM, int kBlockN, int kTailRows = 0, int kBand = MOEJIT_TILE_BAND, bool kPairs = false,
+          int kClass = kClassAll, int kClassRows = 0>
 struct GroupTileCursor {
   static_assert(kBand >= 0, "tile band: M tiles per band, 0 = off");
+  static_assert(kClass == kClassAll || kClassRows > 0, "a group class needs its row bound");
   int group = 0;
   int tiles_before = 0;  // tiles of groups [0, group)
   int group_tiles = -1;  // tiles of `group` (-1: not read yet)
@@ -83,11 +99,39 @@ struct GroupTileCursor {
     return m * n_tiles;
   }
 
+  // Whether a group of `rows` rows belongs to this cursor's class.
+  __device__ __forceinline__ static bool in_class(int rows) {
+    if constexpr (kClass == kClassHeavy) return rows >= kClassRows;
+    if constexpr (kClass == kClassLight) return rows < kClassRows;
+    return true;
+  }
+
   __device__ __forceinline__ void load_group(const GroupedGemmParams& p) {
     read_extent(p, group, row_begin, group_rows);
     // (Signed here, unsigned in seek_warp, as before the tail rows: the other kernels' SASS unchanged.)
     m_tiles = kTailRows == 0 ? (group_rows + kBlockM - 1) / kBlockM : m_tiles_of(group_rows);
     group_tiles = units_of(m_tiles, (p.n + kBlockN - 1) / kBlockN);
+    if constexpr (kClass != kClassAll) group_tiles = in_class(group_rows) ? group_tiles : 0;
+  }
+
+  // One whole warp: the launch's tiles (units) of groups of at least `heavy_rows` rows, and of all
+  // groups (MixedTileCursor's stream sizes). Lane l reads groups l, l + 32, ...
+  __device__ __forceinline__ static void count_tiles(const GroupedGemmParams& p, int heavy_rows, int& heavy, int& total) {
+    const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
+    int h = 0, t = 0;
+    for (int g = (int)(threadIdx.x & 31u); g < p.num_groups; g += 32) {
+      int first, rows;
+      read_extent(p, g, first, rows);
+      const int units = units_of(m_tiles_of(rows), n_tiles);
+      t += units;
+      h += rows >= heavy_rows ? units : 0;
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) {
+      h += __shfl_xor_sync(0xffffffffu, h, d);
+      t += __shfl_xor_sync(0xffffffffu, t, d);
+    }
+    heavy = h, total = t;
   }
 
   // Finds the tile numbered `tile` (never smaller than the last one asked for).
@@ -125,7 +169,7 @@ struct GroupTileCursor {
       const int g = group + lane;
       int lo = 0, rows = 0;
       if (g < p.num_groups) read_extent(p, g, lo, rows);
-      const int m = m_tiles_of(rows), tiles = units_of(m, n_tiles);
+      const int m = m_tiles_of(rows), tiles = in_class(rows) ? units_of(m, n_tiles) : 0;
       int through = tiles;  // tiles of groups group .. g
 #pragma unroll
       for (int d = 1; d < 32; d *= 2) {
@@ -183,6 +227,57 @@ struct GroupTileCursor {
     out.group_rows = group_rows;
     return true;
   }
+};
+
+// The mixed tile order (MOEJIT_TILE_MIX_ROWS > 0): tile t of the launch is heavy when
+// floor((t + 1) H / T) > floor(t H / T) (H heavy of T tiles), and then the heavy stream's tile
+// floor(t H / T), else the light stream's tile t - floor(t H / T). A bijection onto both streams for
+// any H <= T, and each stream's index grows with t, so the two forward-only cursors stay forward-only
+// and every CTA's rounds hold heavy and light tiles in proportion. Same interface as GroupTileCursor
+// for the kernels: seek(), and tiles_before (the launch's tile count once seek() returns false).
+// set_totals() first, with count_tiles()'s sums (the same on every CTA: from the group offsets).
+template <int kLayout, int kBlockM, int kBlockN, int kTailRows, int kBand, bool kPairs, int kMixRows>
+struct MixedTileCursor {
+  static_assert(kMixRows > 0, "the mixed order needs its heavy-group row bound");
+  using All = GroupTileCursor<kLayout, kBlockM, kBlockN, kTailRows, kBand, kPairs>;
+  GroupTileCursor<kLayout, kBlockM, kBlockN, kTailRows, kBand, kPairs, kClassHeavy, kMixRows> heavy;
+  GroupTileCursor<kLayout, kBlockM, kBlockN, kTailRows, kBand, kPairs, kClassLight, kMixRows> light;
+  int heavy_tiles = 0;
+  int tiles_before = 0;  // the launch's tiles (units): what GroupTileCursor holds after its last group
+
+  __device__ __forceinline__ void set_totals(int heavy_total, int total) {
+    heavy_tiles = heavy_total;
+    tiles_before = total;
+  }
+
+  __device__ __forceinline__ bool seek(const GroupedGemmParams& p, int tile, TileCoord& out) {
+    if (tile >= tiles_before) return false;
+    // h = floor(tile H / T); the tile is heavy when the remainder r gives floor((tile + 1) H / T) > h,
+    // i.e. r + H >= T. One 32-bit division up to 65535 tiles (tile H < 2^32), 64-bit beyond.
+    int h;
+    bool is_heavy;
+    if (tiles_before <= 65535) {
+      const unsigned x = (unsigned)tile * (unsigned)heavy_tiles, q = x / (unsigned)tiles_before;
+      h = (int)q;
+      is_heavy = x - q * (unsigned)tiles_before + (unsigned)heavy_tiles >= (unsigned)tiles_before;
+    } else {
+      const long long x = (long long)tile * heavy_tiles, q = x / tiles_before;
+      h = (int)q;
+      is_heavy = x - q * tiles_before + heavy_tiles >= tiles_before;
+    }
+    return is_heavy ? heavy.seek(p, h, out) : light.seek(p, tile - h, out);
+  }
+};
+
+// The kernels' cursor type: GroupTileCursor, or MixedTileCursor where the spec mixes the tile order.
+template <int kLayout, int kBlockM, int kBlockN, int kTailRows, int kBand, bool kPairs, int kMixRows = MOEJIT_TILE_MIX_ROWS,
+          bool kMixed = (kMixRows > 0)>
+struct TileCursorFor {
+  using type = GroupTileCursor<kLayout, kBlockM, kBlockN, kTailRows, kBand, kPairs>;
+};
+template <int kLayout, int kBlockM, int kBlockN, int kTailRows, int kBand, bool kPairs, int kMixRows>
+struct TileCursorFor<kLayout, kBlockM, kBlockN, kTailRows, kBand, kPairs, kMixRows, true> {
+  using type = MixedTileCursor<kLayout, kBlockM, kBlockN, kTailRows, kBand, kPairs, kMixRows>;
 };
 
 // Rank `rank`'s tile of a CTA-pair unit (GroupTileCursor<..., kPairs = true>, kBlockM-row M tiles,

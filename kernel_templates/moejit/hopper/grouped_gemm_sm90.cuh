@@ -95,6 +95,13 @@ __host__ __device__ constexpr int smem_bytes() {
 // (GroupTileCursor's kTailRows), loaded by tma_tail (kTailRows-row boxes; gathered: as the tile's
 // rows, GatherTailRowsSm90) into the stage after the tile's 128 rows and multiplied with the roles
 // swapped on the consumer's B slice (hopper/tail_rows.cuh) in a k-loop of its own.
+// The mixed tile order's two stream sizes (MixedTileCursor), once per CTA: warp 1 writes them
+// before the kernel's first barrier, every role reads them after.
+__device__ __forceinline__ int* mixed_order_totals() {
+  __shared__ int totals[2];
+  return totals;
+}
+
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
           int kClusterN, class Fuse, int kClusterM = 1, bool kSplitTail = false, int kTailRows = 0>
 __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
@@ -185,6 +192,19 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
     }
     mbarrier_init_fence();
   }
+  // 1x2: the cursor walks (group, M tile, pair of N tiles); this CTA's N tile is 2 j + rank.
+  // 2x1: it walks pair units (GroupTileCursor's kPairs): M tiles 2 i + rank of a (group, N tile), or
+  // a group's odd last M tile at N tiles 2 j + rank (pair_unit_tile).
+  // mix=R: MixedTileCursor, whose two streams warp 1 sizes here while thread 0 sets up the barriers.
+  using Cursor = typename TileCursorFor<kLayout, kBlockM, kBlockN * kClusterN, kTailRows, MOEJIT_TILE_BAND, kPairM>::type;
+  constexpr bool kMixed = MOEJIT_TILE_MIX_ROWS > 0;
+  if constexpr (kMixed) {
+    if (threadIdx.x / 32 == 1) {
+      int heavy, total;
+      Cursor::All::count_tiles(p, MOEJIT_TILE_MIX_ROWS, heavy, total);
+      if (threadIdx.x == 32) mixed_order_totals()[0] = heavy, mixed_order_totals()[1] = total;
+    }
+  }
   if constexpr (kPaired) {
     cluster_sync();  // the peer's barriers are initialized before anything arrives on them
   } else {
@@ -193,10 +213,8 @@ __device__ __forceinline__ void grouped_gemm(const GroupedGemmParams& p, const T
 
   const int num_k_blocks = (p.k + kBlockK - 1) / kBlockK;
   const int warpgroup = threadIdx.x / 128;
-  // 1x2: the cursor walks (group, M tile, pair of N tiles); this CTA's N tile is 2 j + rank.
-  // 2x1: it walks pair units (GroupTileCursor's kPairs): M tiles 2 i + rank of a (group, N tile), or
-  // a group's odd last M tile at N tiles 2 j + rank (pair_unit_tile).
-  GroupTileCursor<kLayout, kBlockM, kBlockN * kClusterN, kTailRows, MOEJIT_TILE_BAND, kPairM> cursor;
+  Cursor cursor;
+  if constexpr (kMixed) cursor.set_totals(mixed_order_totals()[0], mixed_order_totals()[1]);
   const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
   TileCoord tile;
 
