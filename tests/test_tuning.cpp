@@ -436,6 +436,27 @@ TEST_CASE("bf16 tile: 64x128 up to 64 rows per group, up to 48 where K >= 6144 (
   CHECK(tile_m(256, 32, 4096, 7168) == 64);   // DeepSeek-V3 up 1024 tokens
 }
 
+TEST_CASE("bf16 tile: 128x256 where half the rows sit in groups of over 128 rows, whatever the mean (skewed routing, v43)", "[tuning][heuristic]") {
+  auto tile_m = [](const std::vector<int>& rows, int n, int k) {
+    long long total = 0;
+    for (int r : rows) total += r;
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)rows.size(), n, k, total, rows};
+    return choose_spec(p, kHopper, 132).tile.m;
+  };
+  // DeepSeek-V3 at 1024 tokens: 8192 rows, mean 32; hot experts of 972, 739, 557, ... rows.
+  std::vector<int> skewed = {972, 739, 557, 453, 324, 300, 260, 200, 160, 140};
+  int rest = 8192;
+  for (int r : skewed) rest -= r;
+  while (rest > 0) skewed.push_back(std::min(rest, 17)), rest -= 17;  // 214 groups of up to 17 rows
+  CHECK(tile_m(skewed, 4096, 7168) == 128);
+  CHECK(tile_m(skewed, 7168, 2048) == 128);
+  // Under half the rows in big groups: the mean decides, as before.
+  std::vector<int> few_hot(256, 30);
+  few_hot[0] = 1000;  // 1000 of 8650 rows
+  CHECK(tile_m(few_hot, 7168, 2048) == 64);
+  CHECK(tile_m(std::vector<int>(256, 32), 7168, 2048) == 64);  // random routing at 1024 tokens
+}
+
 TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group (768 on a layer's GEMM2) where 1/8 of the groups end 1-24 rows past a whole tile (v40-v42)", "[tuning][heuristic]") {
   auto choose = [](const std::vector<int>& rows, int n, int k) {
     long long total = 0;
