@@ -436,6 +436,27 @@ TEST_CASE("bf16 tile: 64x128 up to 64 rows per group, up to 48 where K >= 6144 (
   CHECK(tile_m(256, 32, 4096, 7168) == 64);   // DeepSeek-V3 up 1024 tokens
 }
 
+TEST_CASE("4-bit prefill: tile bands where a group's A outgrows L2 (v43)", "[tuning][heuristic]") {
+  auto band = [](const std::vector<int>& rows, int n, int k, DType b, const char* fuse = "") {
+    long long total = 0;
+    for (int r : rows) total += r;
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)rows.size(), n, k, total, rows, b};
+    if (*fuse) p.fusion = KernelSpec::parse(fuse).fusion;
+    return choose_spec(p, kHopper, 132).band;
+  };
+  // Mixtral down 16384, skewed: 11821 rows x 14336 x 2 bytes = 339 MB in the largest group.
+  const std::vector<int> mixtral_skewed = {11821, 6846, 4480, 3310, 2519, 2000, 1792, 0};
+  for (DType b : {DType::mxfp4, DType::nvfp4}) {
+    CHECK(band(mixtral_skewed, 4096, 14336, b) == 2);
+    CHECK(band(std::vector<int>(8, 4096), 4096, 14336, b) == 2);  // random routing: 117 MB
+    CHECK(band(std::vector<int>(8, 4096), 28672, 4096, b) == 0);  // Mixtral up: 34 MB
+    CHECK(band({15584, 12472, 9631, 500, 100}, 2048, 768, b) == 0);  // Qwen3 down skewed: 24 MB
+    CHECK(band(std::vector<int>(8, 2), 4096, 14336, b) == 0);        // decode
+    CHECK(band(mixtral_skewed, 4096, 14336, b, "fuse=scatter+weight") == 0);  // fused kernels: not measured
+  }
+  CHECK(band(mixtral_skewed, 4096, 14336, DType::bf16) == 0);  // bf16 took 1.00-1.12x with bands
+}
+
 TEST_CASE("bf16 tile: 128x256 where half the rows sit in groups of over 128 rows, whatever the mean (skewed routing, v43)", "[tuning][heuristic]") {
   auto tile_m = [](const std::vector<int>& rows, int n, int k) {
     long long total = 0;
