@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "fusion_checks.hpp"
@@ -88,8 +89,13 @@ std::vector<Family> families() {
     for (const char* t : {"tile=64x128x64,stages=8", "tile=128x128x64,stages=8", "tile=256x128x64,stages=4", "tile=32x128x64,stages=8",
                           "tile=16x128x64,stages=8", "tile=48x128x64,stages=8", "tile=128x128x128,stages=6", "tile=64x256x128,stages=4", "tile=64x256x128,stages=5",
                           "tile=128x192x128,stages=4", "tile=128x192x128,stages=5", "tile=128x256x128,stages=4",
-                          "tile=128x256x128,stages=4,cluster=2x1,sched=static", "tile=128x192x128,stages=4,cluster=2x1,sched=static"})
+                          "tile=128x256x128,stages=4,cluster=2x1,sched=static", "tile=128x192x128,stages=4,cluster=2x1,sched=static",
+                          // 4-bit prefill tiles banded (v43: the heuristic's where a group's A outgrows L2)
+                          "tile=128x128x64,stages=8,band=2", "tile=256x128x64,stages=4,band=2"})
       out.push_back({KernelFamily::hopper, t});
+  // MOEJIT_TEST_TILE=TEXT: only the tiles whose text contains TEXT (e.g. "band=2"), as in test_gpu_fusion.cpp.
+  if (const char* only = std::getenv("MOEJIT_TEST_TILE"))
+    std::erase_if(out, [&](const Family& f) { return std::string(f.tile).find(only) == std::string::npos; });
   return out;
 }
 

@@ -227,15 +227,17 @@ constexpr int kW4MidTileMaxRows = 36;
 // (DeepSeek-V3 1.01-1.02x). Why a full single round streams faster with less in flight is not
 // known; the rule is what was measured.
 constexpr int kW4OneRoundStages = 6;
-// Tile bands (band=2: two token tiles, the weight tiles sweeping across them) for the unfused 4-bit
-// kernel where a group's A (bf16 rows x K) outgrows L2. In the plain order a group's token tiles run
+// Tile bands (band=2: two token tiles, the weight tiles sweeping across them) for the 4-bit kernel
+// reading A in order (unfused, or a layer's GEMM2) where a group's A (bf16 rows x K) outgrows L2. In the plain order a group's token tiles run
 // M-fastest for one 128-row weight tile after another, so only the few weight tiles in flight share
 // each A tile: under skewed routing Nsight Compute read 23.5 GB from DRAM on Mixtral down 16384 (8.85
 // with random routing) and 42.0 GB on DeepSeek-V3 up 16384 (14.6). In turns against no band (H100,
 // docs/perf.md v43; MXFP4 / NVFP4): skewed 16384 tokens, largest group's A 63-339 MB, 0.60-0.95x the
 // time (Mixtral down 0.60 / 0.62, DeepSeek-V3 up 0.68 / 0.83); skewed 4096, 55-86 MB, 0.97-0.98x;
 // random routing, Mixtral down 16384 (117 MB) 0.989x. Under 48 MB they did not pay: 1.00-1.04x
-// (Qwen3 down, 24 MB; Mixtral up 16384 with random routing, 34 MB, 1.027x).
+// (Qwen3 down, 24 MB; Mixtral up 16384 with random routing, 34 MB, 1.027x). A layer's GEMM2
+// (scatter + weight) the same: Mixtral down 16384 skewed 0.594x, gpt-oss down 0.951x, DeepSeek-V3 down
+// 0.988x. Not a gathered GEMM1: its rows come from the tokens by index, and bands bought 0.97-1.01x.
 constexpr long long kW4BandMinGroupABytes = 48ll << 20;
 constexpr int kW4Band = 2;
 constexpr double kW4OneRoundMinFill = 0.9;
@@ -472,7 +474,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
     if (w4_one_full_round(spec, problem, active, mean_rows, sm_count)) spec.stages = kW4OneRoundStages;
     int largest_group = 0;
     for (int r : problem.group_rows) largest_group = std::max(largest_group, r);
-    if (!spec.fusion.any() && (long long)largest_group * problem.k * 2 >= kW4BandMinGroupABytes) spec.band = kW4Band;
+    if (!spec.fusion.gather_a && (long long)largest_group * problem.k * 2 >= kW4BandMinGroupABytes) spec.band = kW4Band;
     // Static: the dynamic scheduler (a tuner candidate) ran slower on 4-bit weights, same process
     // on the H100 (docs/perf.md v10): geomean 0.93 (MXFP4) and 0.90 (NVFP4) of static's speed over
     // the 40 suite cases, slower on 39 (MXFP4) and 33 (NVFP4) of 40, decode to prefill.
