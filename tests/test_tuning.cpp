@@ -116,6 +116,18 @@ TEST_CASE("shape buckets: rounding, text round trip, rejects other text", "[tuni
   auto one = ShapeBucket::of(GroupLayout::masked, DType::f16, DType::f32, 4, 64, 64, 0, 0);
   CHECK(ShapeBucket::parse(one.to_text()) == one);
   // Weight-only 4-bit and FP8 problems get buckets of their own; 16-bit buckets keep their text.
+  // A skewed routing's hot experts at a small mean: a bucket of its own (",hot").
+  auto hot = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 4096, 7168, 8192, 224, std::nullopt, true);
+  CHECK(hot.to_text() == "layout=contiguous,ab=bf16,c=bf16,groups=256,n=4096,k=7168,rows<=64,active<=256,hot");
+  CHECK(ShapeBucket::parse(hot.to_text()) == hot);
+  CHECK_FALSE(ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 4096, 7168, 8192, 224) == hot);
+  auto hot_w4 = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 2048, 7, DType::mxfp4, true);
+  CHECK(ShapeBucket::parse(hot_w4.to_text()) == hot_w4);
+  CHECK_FALSE(ShapeBucket::parse("layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,hotter"));
+  CHECK(hot_groups_dominate(std::vector<int>{972, 739, 557, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10,
+                                             10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10}));
+  CHECK_FALSE(hot_groups_dominate(std::vector<int>(256, 32)));   // even routing at 1024 tokens
+  CHECK_FALSE(hot_groups_dominate(std::vector<int>(256, 512)));  // prefill: the mean is over 128
   auto w4 = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 5760, 2880, 64, 16, DType::mxfp4);
   CHECK(w4.to_text() == "layout=contiguous,ab=bf16,c=bf16,groups=128,n=5760,k=2880,rows<=4,active<=16,b=mxfp4");
   CHECK(ShapeBucket::parse(w4.to_text()) == w4);
@@ -680,11 +692,15 @@ TEST_CASE("one shape bucket, one heuristic tile (the claim the bucket rounding r
       std::vector<int> rows(groups);
       int scale = 1 << (rng() % 11);  // 1 .. 1024 rows per group
       for (auto& r : rows) r = rng() % 4 == 0 ? 0 : (int)(rng() % (2 * scale + 1));
+      // Every third trial skewed: one to three hot groups of up to 4096 rows among small ones.
+      if (trial % 3 == 0)
+        for (int h = 0, hot_groups = 1 + (int)(rng() % 3); h < hot_groups; ++h) rows[rng() % groups] = 129 + (int)(rng() % 3968);
       long long total = 0, active = 0;
       for (int r : rows) total += r, active += r > 0;
       GemmProblem problem{GroupLayout::contiguous, DType::bf16, DType::bf16, groups, 512, 256, total, rows};
       KernelSpec spec = choose_spec(problem, arch, 132);
-      auto bucket = ShapeBucket::of(problem.layout, DType::bf16, DType::bf16, groups, 512, 256, total, active);
+      auto bucket = ShapeBucket::of(problem.layout, DType::bf16, DType::bf16, groups, 512, 256, total, active, std::nullopt,
+                                    hot_groups_dominate(rows));
       std::string text = bucket.to_text();
       auto [it, inserted] = seen.try_emplace(text, spec.tile, spec.to_text());
       INFO(text << "\nfirst: " << it->second.second << "\nnow:   " << spec.to_text());

@@ -28,13 +28,12 @@ constexpr double kHopperSmallMaxRows = 64;  // mean rows per active group
 // plain and gathered alike; H100, docs/results/2026-11-27-v39-bf16-pairs-long-k.txt call 14); at
 // 43-48 rows the two were level (0.997-1.002x).
 constexpr double kHopperSmallMaxRowsLongK = 48;
-// Not where half the rows or more sit in groups of over 128 rows, whatever the mean: under skewed
+// Not where half the rows or more sit in groups of over 128 rows (hot_groups_dominate), whatever the mean: under skewed
 // routing (bench_suite ROUTING=skewed: hot experts beside many small ones) the mean at 1024 tokens
 // is ~37 rows, but the hot groups hold 51-55% of the rows, and 128x256 took 0.94-0.95x the time of
 // 64x128 s8 (gpt-oss up, DeepSeek-V3 up / down 1024; the tuner's turns, H100, docs/perf.md v43).
 // Random routing keeps every group under 128 rows wherever the mean is under 64.
-constexpr int kHopperSmallBigGroupRows = 128;
-constexpr int kHopperSmallMaxBigShareInverse = 2;  // rows in groups over 128 rows < 1/2 of all
+constexpr int kHotRowsShareInverse = 2;  // hot_groups_dominate: rows in groups over 128 rows >= 1/2 of all
 // 128x256 on CTA pairs that share A through TMA multicast (docs/perf.md, v4).
 constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 // 128x256 whose last partial round runs in pieces of K (split=tail, plan_split_tail).
@@ -439,6 +438,20 @@ bool fp8_c_quantizable(const KernelSpec& s) {
 }
 }  // namespace
 
+bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot_groups) {
+  return rows > 0 && rows <= (long long)kHotGroupRows * active && rows_in_hot_groups * kHotRowsShareInverse >= rows;
+}
+
+bool hot_groups_dominate(std::span<const int> group_rows) {
+  long long rows = 0, active = 0, in_hot = 0;
+  for (int r : group_rows) {
+    if (r <= 0) continue;
+    rows += r, ++active;
+    if (r > kHotGroupRows) in_hot += r;
+  }
+  return hot_groups_dominate(rows, active, in_hot);
+}
+
 KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_count) {
   KernelSpec spec;
   spec.arch = arch;
@@ -541,11 +554,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   if (hopper_capable(arch) && !spec.is_weight_only_4bit() && spec.a != DType::e4m3) {
     spec.family = KernelFamily::hopper;
     const double small_max_rows = problem.k >= kPairLongKMinK ? kHopperSmallMaxRowsLongK : kHopperSmallMaxRows;
-    long long rows_in_big_groups = 0;
-    for (int r : problem.group_rows)
-      if (r > kHopperSmallBigGroupRows) rows_in_big_groups += r;
-    const bool big_groups_dominate = rows_in_big_groups * kHopperSmallMaxBigShareInverse >= rows && rows > 0;
-    spec = with_tile(spec, mean_rows <= small_max_rows && !big_groups_dominate ? kHopperSmall : kHopperLarge);
+    spec = with_tile(spec, mean_rows <= small_max_rows && !hot_groups_dominate(problem.group_rows) ? kHopperSmall : kHopperLarge);
   } else {
     spec.family = KernelFamily::portable;
     spec.fusion.gather_by = GatherLoad::cp_async;  // a Hopper-only choice: the portable family gathers by cp.async

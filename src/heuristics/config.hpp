@@ -27,6 +27,14 @@ struct GemmProblem {
 // Chooses family, tile, stages and scheduler for the arch. Documented in docs/design.md.
 KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_count);
 
+// Skewed routing at a small mean: whether at least half of the rows sit in groups of more than 128
+// rows while the mean rows per active group is at most 128 (hot experts beside many small ones). The
+// bf16 decode tile rule looks at it, and shape buckets keep such launches apart (tuning.hpp).
+inline constexpr int kHotGroupRows = 128;
+bool hot_groups_dominate(std::span<const int> group_rows);
+// The same from the sums: valid rows, active groups, rows in groups of more than kHotGroupRows rows.
+bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot_groups);
+
 // Rows a group's last whole 128-row tile absorbs where the heuristic or the tuner takes tail rows
 // (KernelSpec::tail; kernel_templates/moejit/hopper/tail_rows.cuh).
 inline constexpr int kHopperTailRows = 24;

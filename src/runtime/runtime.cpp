@@ -162,18 +162,21 @@ HostGroups host_groups(const GroupedGemmArgs& args) {
 // the upper bound (every row, every group) when only the device holds them.
 ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
   long long rows = 0, active = 0;
+  long long rows_in_hot_groups = 0;
   if (groups.known) {
     for (int g = 0; g < args.num_groups; ++g) {
       int r = rows_of_group(args, groups.view, g);
       rows += r;
       active += r > 0;
+      if (r > kHotGroupRows) rows_in_hot_groups += r;
     }
   } else {
     rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
     active = args.num_groups;
   }
   ShapeBucket bucket =
-      ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type);
+      ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type,
+                      hot_groups_dominate(rows, active, rows_in_hot_groups));
   bucket.fusion = args.fusion;
   bucket.b_scales = args.b_scale_layout;
   return bucket;
