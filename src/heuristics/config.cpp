@@ -28,8 +28,8 @@ constexpr double kHopperSmallMaxRows = 64;  // mean rows per active group
 // plain and gathered alike; H100, docs/results/2026-11-27-v39-bf16-pairs-long-k.txt call 14); at
 // 43-48 rows the two were level (0.997-1.002x).
 constexpr double kHopperSmallMaxRowsLongK = 48;
-// Not where half the rows or more sit in groups of over 128 rows (hot_groups_dominate), whatever the mean: under skewed
-// routing (bench_suite ROUTING=skewed: hot experts beside many small ones) the mean at 1024 tokens
+// Not where half the rows or more sit in groups of over 128 rows (hot_groups_dominate), whatever
+// the mean: under skewed routing (bench_suite ROUTING=skewed: hot experts beside many small ones) the mean at 1024 tokens
 // is ~37 rows, but the hot groups hold 51-55% of the rows, and 128x256 took 0.94-0.95x the time of
 // 64x128 s8 (gpt-oss up, DeepSeek-V3 up / down 1024; the tuner's turns, H100, docs/perf.md v43).
 // Random routing keeps every group under 128 rows wherever the mean is under 64.
@@ -226,10 +226,11 @@ constexpr int kW4MidTileMaxRows = 36;
 // (DeepSeek-V3 1.01-1.02x). Why a full single round streams faster with less in flight is not
 // known; the rule is what was measured.
 constexpr int kW4OneRoundStages = 6;
+constexpr double kW4OneRoundMinFill = 0.9;
 // Tile bands (band=2: two token tiles, the weight tiles sweeping across them) for the 4-bit kernel
-// reading A in order (unfused, or a layer's GEMM2) where a group's A (bf16 rows x K) outgrows L2. In the plain order a group's token tiles run
-// M-fastest for one 128-row weight tile after another, so only the few weight tiles in flight share
-// each A tile: under skewed routing Nsight Compute read 23.5 GB from DRAM on Mixtral down 16384 (8.85
+// reading A in order (unfused, or a layer's GEMM2) where a group's A (bf16 rows x K) outgrows L2.
+// In the plain order a group's token tiles run M-fastest for one 128-row weight tile after another,
+// so only the few weight tiles in flight share each A tile: under skewed routing Nsight Compute read 23.5 GB from DRAM on Mixtral down 16384 (8.85
 // with random routing) and 42.0 GB on DeepSeek-V3 up 16384 (14.6). In turns against no band (H100,
 // docs/perf.md v43; MXFP4 / NVFP4): skewed 16384 tokens, largest group's A 63-339 MB, 0.60-0.95x the
 // time (Mixtral down 0.60 / 0.62, DeepSeek-V3 up 0.68 / 0.83); skewed 4096, 55-86 MB, 0.97-0.98x;
@@ -239,7 +240,6 @@ constexpr int kW4OneRoundStages = 6;
 // 0.988x. Not a gathered GEMM1: its rows come from the tokens by index, and bands bought 0.97-1.01x.
 constexpr long long kW4BandMinGroupABytes = 48ll << 20;
 constexpr int kW4Band = 2;
-constexpr double kW4OneRoundMinFill = 0.9;
 constexpr TileChoice kW4Large = {{128, 128, 64}, 8, 1, 1};
 constexpr int kW4LargeTileMinRows = 48;
 // 256 tokens per tile (4 stages since v23: with the absorbed tail rows' slots 5 do not fit; 5 before,
