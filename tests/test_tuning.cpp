@@ -470,6 +470,27 @@ TEST_CASE("4-bit prefill: tile bands where a group's A outgrows L2 (v43)", "[tun
   CHECK(band(mixtral_skewed, 4096, 14336, DType::bf16) == 0);  // bf16 took 1.00-1.12x with bands
 }
 
+TEST_CASE("routing variants: a skewed routing's twins where one group can outgrow 128 rows (v43)", "[tuning][heuristic]") {
+  auto has = [](const std::vector<KernelSpec>& list, auto pred) { return std::any_of(list.begin(), list.end(), pred); };
+  // bf16 at a decode-sized mean: 128x256 too, unless no group can pass 128 rows (16 tokens).
+  KernelSpec small = KernelSpec::parse("family=hopper,arch=sm_90a,tile=64x128x64,stages=8,sched=dynamic");
+  auto large_tile = [](const KernelSpec& s) { return s.tile.m == 128 && s.tile.n == 256 && s.stages == 4; };
+  CHECK(has(routing_variants(small, 4096, 7168, 1024), large_tile));
+  CHECK_FALSE(has(routing_variants(small, 4096, 7168, 16), large_tile));
+  CHECK_FALSE(has(routing_variants(small, 4096, 7168), large_tile));
+  // 4-bit prefill tiles with and without bands where a group's A may reach 48 MB.
+  KernelSpec w4 = KernelSpec::parse("family=hopper,arch=sm_90a,b=mxfp4,tile=256x128x64,stages=4");
+  auto banded = [](const KernelSpec& s) { return s.band == 2; };
+  CHECK(has(routing_variants(w4, 4096, 14336, 16384), banded));  // Mixtral down 16384: up to 470 MB
+  CHECK_FALSE(has(routing_variants(w4, 4096, 14336, 1024), banded));  // 29 MB at most
+  KernelSpec gathered = w4;
+  gathered.fusion = KernelSpec::parse("fuse=gather+bias,act=swiglu_oai").fusion;
+  CHECK_FALSE(has(routing_variants(gathered, 28672, 4096, 16384), banded));
+  KernelSpec with_band = w4;
+  with_band.band = 2;
+  CHECK(has(routing_variants(with_band, 4096, 14336, 16384), [](const KernelSpec& s) { return s.band == 0; }));
+}
+
 TEST_CASE("bf16 tile: 128x256 where half the rows sit in groups of over 128 rows, whatever the mean (skewed routing, v43)", "[tuning][heuristic]") {
   auto tile_m = [](const std::vector<int>& rows, int n, int k) {
     long long total = 0;

@@ -223,11 +223,12 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
   if (p.layer()) variants.push_back({p.up_fusion.value_or(Fusion{}), p.down_fusion.value_or(Fusion{})});
   if (p.plain) variants.push_back({Fusion{}, Fusion{}});
   std::vector<DType> combine_inputs;
-  auto add_gemm = [&](const LayerGemmCall& call, LayerGemm gemm) {
+  auto add_gemm = [&](const LayerGemmCall& call, LayerGemm gemm, int tokens) {
     try {
       KernelSpec spec = rt->choose_spec(call.args);
-      // Another routing may pick the spec's split=tail twin (heuristics/config.hpp).
-      for (const KernelSpec& s : routing_variants(spec, call.args.n, call.args.k))
+      // Another routing may pick the spec's split=tail twin, tail rows or not, the other CTA pair, or
+      // (a group holds at most every token) a skewed routing's twins (heuristics/config.hpp).
+      for (const KernelSpec& s : routing_variants(spec, call.args.n, call.args.k, tokens))
         if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
       return std::optional<KernelSpec>(spec);
     } catch (const SpecError& e) {
@@ -243,7 +244,7 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
         for (int tokens : p.tokens)
           for (auto [gemm, fusion] : {std::pair{LayerGemm::up, up_fusion}, std::pair{LayerGemm::down, down_fusion}}) {
             LayerGemmCall call = layer_gemm_call(p, gemm, dtype, b_type, layout, tokens, fusion);
-            std::optional<KernelSpec> spec = add_gemm(call, gemm);
+            std::optional<KernelSpec> spec = add_gemm(call, gemm, tokens);
             if (spec && gemm == LayerGemm::down && fusion.scatter_c && !fusion.atomic &&
                 std::find(combine_inputs.begin(), combine_inputs.end(), spec->c) == combine_inputs.end())
               combine_inputs.push_back(spec->c);
@@ -259,7 +260,7 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
         for (int tokens : p.tokens) {
           LayerGemmCall call = layer_gemm_call(p, LayerGemm::up, DType::e4m3, std::nullopt, layout, tokens, fusion);
           call.args.c_type = DType::e4m3;
-          add_gemm(call, LayerGemm::up);
+          add_gemm(call, LayerGemm::up, tokens);
         }
   }
   if (p.routing) {

@@ -393,7 +393,7 @@ KernelSpec with_split_tail(KernelSpec spec, const GemmProblem& problem, long lon
 }
 }  // namespace
 
-std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k) {
+std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k, long long max_group_rows) {
   std::vector<KernelSpec> out = {chosen};
   auto add = [&](const KernelSpec& s) {
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
@@ -421,6 +421,25 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k)
       other.cluster_m = chosen.cluster_n, other.cluster_n = chosen.cluster_m;
       for (int tail : {0, kTailRows}) other.tail = tail, add(other);
     }
+  }
+  // Skewed routing (v43): a decode-sized mean whose rows sit mostly in hot groups takes 128x256
+  // instead of 64x128 (hot_groups_dominate); a 4-bit prefill tile reading A in order takes tile bands
+  // where a hot group's A outgrows L2.
+  if (max_group_rows > kHotGroupRows && chosen.family == KernelFamily::hopper &&
+      (chosen.a == DType::bf16 || chosen.a == DType::f16) && !chosen.is_weight_only_4bit() &&
+      chosen.tile == kHopperSmall.tile && chosen.stages == kHopperSmall.stages) {
+    KernelSpec hot = with_tile(chosen, kHopperLarge);
+    try {
+      hot.validate();
+      add(hot);
+    } catch (const SpecError&) {
+    }
+  }
+  if (max_group_rows * k * 2 >= kW4BandMinGroupABytes && chosen.family == KernelFamily::hopper &&
+      chosen.is_weight_only_4bit() && chosen.tile.m >= 128 && !chosen.fusion.gather_a) {
+    KernelSpec banded = chosen;
+    banded.band = chosen.band == 0 ? kW4Band : 0;
+    add(banded);
   }
   return out;
 }

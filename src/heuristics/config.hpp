@@ -58,8 +58,12 @@ bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long
 // split=tail follows the exact tile count, so 128x256 single-CTA unfused launches with long K
 // come with their twin, and absorbed tail rows (tail=24) the groups' ends, so 16-bit 128x256
 // launches on single CTAs or pairs (unfused, or fused without atomics: a layer's GEMM1 and GEMM2) come with
-// and without them, and on whole N a CTA pair with the other pair (what prewarm builds).
-std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k);
+// and without them, and on whole N a CTA pair with the other pair (what prewarm builds). Where one
+// group can hold more than 128 rows (max_group_rows: a layer's token count; 0 = not known), also the
+// twins a skewed routing takes (v43): 128x256 for a 16-bit 64x128 launch (hot_groups_dominate), and
+// a 4-bit prefill tile reading A in order with and without tile bands (where a group's A may reach
+// the bands' 48 MB).
+std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k, long long max_group_rows = 0);
 
 }  // namespace moejit
 
