@@ -59,6 +59,7 @@
 //   --gemm1-spec / --gemm2-spec: these spec fields replace the heuristic's in the fused GEMM1 /
 //   GEMM2 (for tuning and profiling; the plain GEMMs beside them keep the heuristic's)
 //   --route-only: time and check route() alone (no weights), e.g. DeepSeek-V3 at 16384 tokens
+//   ROUTING=skewed (environment, as bench_suite's): router logits biased toward a few hot experts
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -73,6 +74,7 @@
 #include <vector>
 
 #include "moejit/moejit.hpp"
+#include "moe_models.hpp"
 #include "spec_overrides.hpp"
 
 namespace {
@@ -387,11 +389,25 @@ CombineArgs combine_shape(const LayerModel& m, int tokens) {
   return c;
 }
 
+// Router logits: normal noise per token and expert. ROUTING=skewed (as bench_suite's) adds a bias
+// per expert, log of bench_suite's skewed popularity ((rank + 1)^-1.2 over a fixed order, the last
+// E/8 experts far below every other), so that the model's own router sends most tokens to a few hot
+// experts and none to the dead ones.
 std::vector<float> random_logits(const LayerModel& m, int tokens) {
   std::vector<float> logits((std::size_t)tokens * m.experts);
   std::mt19937 rng(7 + tokens);
   std::normal_distribution<float> normal;
   for (auto& v : logits) v = normal(rng);
+  if (moejit::examples::skewed_routing_requested()) {
+    std::vector<int> by_rank(m.experts);
+    std::iota(by_rank.begin(), by_rank.end(), 0);
+    std::mt19937 order_rng(static_cast<unsigned>(m.experts * 7919 + m.top_k * 104729 + m.hidden));
+    std::shuffle(by_rank.begin(), by_rank.end(), order_rng);
+    const int live = m.experts - m.experts / moejit::examples::kSkewDeadExpertsInverse;
+    std::vector<float> bias(m.experts, -30.f);
+    for (int r = 0; r < live; ++r) bias[by_rank[r]] = (float)(-moejit::examples::kSkewZipfExponent * std::log(r + 1.0));
+    for (std::size_t i = 0; i < logits.size(); ++i) logits[i] += bias[i % m.experts];
+  }
   return logits;
 }
 
