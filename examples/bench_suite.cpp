@@ -298,7 +298,13 @@ int main(int argc, char** argv) {
     std::stringstream s(env);
     for (std::string t; std::getline(s, t, ',');) token_counts.push_back(std::stoi(t));
   }
-  const bool skewed = moejit::examples::skewed_routing_requested();
+  bool skewed = false;
+  try {
+    skewed = moejit::examples::skewed_routing_requested();
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 2;
+  }
   moejit::Runtime rt;
   fmt::print(stderr, "device {} ({}, {} SMs), {} routing\n", rt.device_name(), rt.arch().to_text(), rt.sm_count(),
              skewed ? "skewed" : "random");

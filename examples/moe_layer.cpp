@@ -870,6 +870,12 @@ int main(int argc, char** argv) {
     else models.push_back(found);
   }
   bool bad_tokens = std::any_of(token_counts.begin(), token_counts.end(), [](int t) { return t < 1; });
+  try {
+    moejit::examples::skewed_routing_requested();  // ROUTING: random or skewed, checked before any work
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 2;
+  }
   if (models_bad || models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
     fmt::print(stderr,
                "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|mixtral-8x7b|all (comma-separated)] [--tokens 16,1024,16384] "
