@@ -399,14 +399,11 @@ std::vector<float> random_logits(const LayerModel& m, int tokens) {
   std::normal_distribution<float> normal;
   for (auto& v : logits) v = normal(rng);
   if (moejit::examples::skewed_routing_requested()) {
-    std::vector<int> by_rank(m.experts);
-    std::iota(by_rank.begin(), by_rank.end(), 0);
-    std::mt19937 order_rng(static_cast<unsigned>(m.experts * 7919 + m.top_k * 104729 + m.hidden));
-    std::shuffle(by_rank.begin(), by_rank.end(), order_rng);
-    const int live = m.experts - m.experts / moejit::examples::kSkewDeadExpertsInverse;
-    std::vector<float> bias(m.experts, -30.f);
-    for (int r = 0; r < live; ++r) bias[by_rank[r]] = (float)(-moejit::examples::kSkewZipfExponent * std::log(r + 1.0));
-    for (std::size_t i = 0; i < logits.size(); ++i) logits[i] += bias[i % m.experts];
+    const std::vector<double> popularity = moejit::examples::skewed_log_popularity(m.experts, m.top_k, m.hidden);
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+      const double bias = popularity[i % m.experts];
+      logits[i] += std::isinf(bias) ? -30.f : (float)bias;  // dead experts far below every other
+    }
   }
   return logits;
 }

@@ -55,14 +55,21 @@ inline std::vector<int> route_top_k(int tokens, const MoeModel& m, std::mt19937&
 inline constexpr double kSkewZipfExponent = 1.2;
 inline constexpr int kSkewDeadExpertsInverse = 8;  // E / 8 experts receive no rows
 
-inline std::vector<int> route_top_k_skewed(int tokens, const MoeModel& m, std::mt19937& rng) {
-  std::vector<int> by_rank(m.experts);
+// Each expert's log popularity under skewed routing (-infinity for the dead ones): the fixed order
+// is a permutation seeded by the model's shape. Also examples/moe_layer's router bias.
+inline std::vector<double> skewed_log_popularity(int experts, int topk, int hidden) {
+  std::vector<int> by_rank(experts);
   std::iota(by_rank.begin(), by_rank.end(), 0);
-  std::mt19937 order_rng(static_cast<unsigned>(m.experts * 7919 + m.topk * 104729 + m.hidden));
+  std::mt19937 order_rng(static_cast<unsigned>(experts * 7919 + topk * 104729 + hidden));
   std::shuffle(by_rank.begin(), by_rank.end(), order_rng);
-  const int live = m.experts - m.experts / kSkewDeadExpertsInverse;
-  std::vector<double> log_weight(m.experts, -std::numeric_limits<double>::infinity());
+  const int live = experts - experts / kSkewDeadExpertsInverse;
+  std::vector<double> log_weight(experts, -std::numeric_limits<double>::infinity());
   for (int r = 0; r < live; ++r) log_weight[by_rank[r]] = -kSkewZipfExponent * std::log(r + 1.0);
+  return log_weight;
+}
+
+inline std::vector<int> route_top_k_skewed(int tokens, const MoeModel& m, std::mt19937& rng) {
+  const std::vector<double> log_weight = skewed_log_popularity(m.experts, m.topk, m.hidden);
 
   std::vector<int> counts(m.experts, 0), order(m.experts);
   std::vector<double> key(m.experts);
