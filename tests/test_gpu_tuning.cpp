@@ -205,6 +205,49 @@ TEST_CASE("CUDA graph: masked layout and dynamic scheduler replay with new count
   cudaStreamDestroy(stream);
 }
 
+// The high-level call under graph capture with the groups on the device only: expected_rows
+// chooses the decode tile where the upper bound (capacity × groups) would choose a prefill one, and
+// the captured launch stays correct for counts far from the hint, up to the capacity.
+TEST_CASE("CUDA graph: grouped_gemm with expected_rows, any counts", "[gpu][graph]") {
+  hold_context();
+  Runtime rt;
+  std::mt19937 rng(36);
+  auto p = tuning_problem(GroupLayout::masked, std::vector<int>(32, 1), 512, 256, rng);
+  p.capacity = 512;
+  p.fill(rng);
+  GroupedGemmArgs args = p.args();
+  args.host_groups = {};
+  args.trust_device_groups = true;
+  CHECK(rt.choose_spec(args).tile.m == 128);  // the bound: 512 rows per group
+  args.expected_rows = 32;
+  CHECK(rt.choose_spec(args).tile.m == 64);   // the hint: one row per group
+  cudaStream_t stream;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  p.poison();
+  rt.grouped_gemm(args, reinterpret_cast<Stream>(stream));  // eager: compiles and loads the bucket's kernel
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  expect_correct(p, "eager, one row per group");
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  rt.grouped_gemm(args, reinterpret_cast<Stream>(stream));
+  REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  for (int high : {3, 100, 512}) {
+    std::uniform_int_distribution<int> count(0, high);
+    for (auto& r : p.rows_of) r = count(rng);
+    p.rows_of[5] = high;
+    p.d_groups.upload(p.rows_of.data(), p.rows_of.size() * sizeof(int));
+    p.poison();
+    REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    expect_correct(p, fmt::format("replay with counts up to {}", high));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 TEST_CASE("hot path: repeated lookups and launches allocate nothing", "[gpu][tuning][hot]") {
   hold_context();
   Runtime rt;

@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -446,6 +448,49 @@ TEST_CASE("bf16 tile: 64x128 up to 64 rows per group, up to 48 where K >= 6144 (
   CHECK(tile_m(256, 64, 4096, 7168) == 128);  // DeepSeek-V3 up 2048 tokens: 0.948x on 128x256
   CHECK(tile_m(256, 48, 4096, 7168) == 64);   // DeepSeek-V3 up 1536 tokens: level
   CHECK(tile_m(256, 32, 4096, 7168) == 64);   // DeepSeek-V3 up 1024 tokens
+}
+
+TEST_CASE("groups on the device only: expected_rows chooses as the exact counts do, the upper bound a prefill tile", "[tuning][heuristic]") {
+  CHECK(expected_active_groups(128, 128) == 81);  // 16 tokens x top-8 over 128 experts
+  CHECK(expected_active_groups(256, 128) == 101);
+  CHECK(expected_active_groups(8, 32) == 8);
+  CHECK(expected_active_groups(1000, 1) == 1);
+  CHECK(expected_active_groups(1, 5) == 1);
+  CHECK(expected_active_groups(128, 0) == 0);
+  CHECK(expected_active_groups(128, 131072) == 128);
+  RuntimeOptions options;
+  options.offline_sm_count = 132;
+  auto rt = Runtime::offline(kHopper, options);
+  std::mt19937 rng(5);
+  struct Case {
+    int experts, topk, tokens, n, k;
+  };
+  // Qwen3 up / DeepSeek-V3 down / gpt-oss up at decode, masked with room for 1024 rows per expert.
+  for (const Case& c : {Case{128, 8, 16, 1536, 2048}, Case{256, 8, 128, 7168, 2048}, Case{128, 4, 128, 5760, 2880}})
+    for (std::optional<DType> b : {std::optional<DType>(), std::optional<DType>(DType::mxfp4)}) {
+      std::vector<int> counts(c.experts, 0);
+      for (int t = 0; t < c.tokens; ++t) {
+        std::vector<int> experts(c.experts);
+        std::iota(experts.begin(), experts.end(), 0);
+        std::shuffle(experts.begin(), experts.end(), rng);
+        for (int j = 0; j < c.topk; ++j) ++counts[experts[j]];
+      }
+      GroupedGemmArgs a;
+      a.layout = GroupLayout::masked;
+      a.b_type = b;
+      a.num_groups = c.experts, a.n = c.n, a.k = c.k, a.capacity = 1024;
+      a.host_groups = counts;
+      const KernelSpec exact = rt->choose_spec(a);
+      a.host_groups = {};
+      a.trust_device_groups = true;
+      const KernelSpec bound = rt->choose_spec(a);
+      a.expected_rows = (long long)c.tokens * c.topk;
+      const KernelSpec hinted = rt->choose_spec(a);
+      INFO(c.tokens << " tokens, " << c.experts << " experts, b=" << (b ? to_text(*b) : "bf16"));
+      CHECK(hinted == exact);
+      CHECK(exact.tile.m <= 64);
+      CHECK(bound.tile.m == 128);
+    }
 }
 
 TEST_CASE("4-bit prefill: tile bands where a group's A outgrows L2 (v43)", "[tuning][heuristic]") {

@@ -169,6 +169,11 @@ TEST_CASE("public entry points name every bad argument (table)", "[validate]") {
       {"masked, rows past int32",
        [](auto& a) { a.layout = GroupLayout::masked; a.group_counts = a.group_offsets; a.capacity = 1 << 30; },
        "capacity × num_groups"},
+      {"expected_rows negative", [](auto& a) { a.expected_rows = -1; }, "expected_rows=-1 (expected 0, or 1..100"},
+      {"expected_rows past total_rows", [](auto& a) { a.expected_rows = 101; }, "expected_rows=101 (expected 0, or 1..100"},
+      {"masked, expected_rows past the capacity",
+       [](auto& a) { a.layout = GroupLayout::masked; a.group_counts = a.group_offsets; a.capacity = 8; a.expected_rows = 33; },
+       "expected_rows=33 (expected 0, or 1..32: the rows the groups can hold, capacity × num_groups)"},
   };
   auto offline = Runtime::offline(Arch{8, 0, false});
   for (auto& row : table) {

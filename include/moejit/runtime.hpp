@@ -71,6 +71,14 @@ struct GroupedGemmArgs {
   // back (a synchronizing copy) unless trust_device_groups is set.
   std::span<const int> host_groups{};
   bool trust_device_groups = false;
+  // Where only the device holds the groups (trust_device_groups, no host_groups: a launch under
+  // graph capture), the valid rows you expect over all groups, e.g. tokens × top-k. The config and
+  // the shape bucket are then chosen for that many rows spread over the groups as top-k routing
+  // spreads them, instead of for the layout's upper bound (capacity × num_groups when masked, where
+  // a decode batch would get a prefill tile). 0: the upper bound. A hint only: the launch is correct
+  // for any valid groups. At most the upper bound (capacity × num_groups, or total_rows); ignored
+  // where the host sees the groups.
+  long long expected_rows = 0;
 
   // Scales of quantized operands (see above); null for 16-bit operands. 4-byte aligned.
   const float* a_scales = nullptr;  // ab_type = e4m3

@@ -457,6 +457,13 @@ bool fp8_c_quantizable(const KernelSpec& s) {
 }
 }  // namespace
 
+long long expected_active_groups(long long groups, long long rows) {
+  if (groups <= 0 || rows <= 0) return 0;
+  const double empty_share = std::exp((double)rows * std::log1p(-1.0 / (double)groups));  // (1 - 1/groups)^rows
+  const long long active = std::llround((double)groups * (1.0 - empty_share));
+  return std::clamp(active, 1LL, std::min(groups, rows));
+}
+
 bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot_groups) {
   return rows > 0 && rows <= (long long)kHotGroupRows * active && rows_in_hot_groups * kHotRowsShareInverse >= rows;
 }
@@ -485,7 +492,7 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   long long active = 0, rows = 0;
   for (int r : problem.group_rows)
     if (r > 0) ++active, rows += r;
-  if (problem.group_rows.empty()) active = problem.num_groups, rows = problem.total_rows;
+  if (problem.group_rows.empty()) rows = problem.total_rows, active = expected_active_groups(problem.num_groups, rows);
   double mean_rows = active ? double(rows) / double(active) : 0.0;
 
   const bool split_glu = spec.fusion.glu_activation() && spec.fusion.glu == GluLayout::split;

@@ -16,6 +16,7 @@ struct GemmProblem {
   int n = 0;
   int k = 0;
   long long total_rows = 0;       // contiguous: ΣM; masked: an estimate of valid rows if known, else capacity × groups
+                                  // (without group_rows: the rows expected, GroupedGemmArgs::expected_rows)
   // Per-group valid rows when known (may be empty). A view: the rows must outlive the problem (a
   // temporary vector in a brace initializer dangles by the next statement).
   std::span<const int> group_rows;
@@ -26,6 +27,12 @@ struct GemmProblem {
 
 // Chooses family, tile, stages and scheduler for the arch. Documented in docs/design.md.
 KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_count);
+
+// The groups that `rows` rows leave non-empty when each row picks one of `groups` groups at random:
+// groups · (1 − (1 − 1/groups)^rows), rounded, within [min(1, rows), min(groups, rows)]. Where the
+// host does not see the group sizes, choose_spec and the shape bucket take the mean rows per
+// active group from it (at 16 tokens × top-8 over 128 experts: 81 active groups, not 128).
+long long expected_active_groups(long long groups, long long rows);
 
 // Skewed routing at a small mean: whether at least half of the rows sit in groups of more than 128
 // rows while the mean rows per active group is at most 128 (hot experts beside many small ones). The

@@ -167,7 +167,7 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
   long long active = 0, rows = 0;
   for (int r : problem.group_rows)
     if (r > 0) ++active, rows += r;
-  if (problem.group_rows.empty()) active = problem.num_groups, rows = problem.total_rows;
+  if (problem.group_rows.empty()) rows = problem.total_rows, active = expected_active_groups(problem.num_groups, rows);
   const double mean_rows = active ? double(rows) / double(active) : 0.0;
   // split=tail (the 16-bit Hopper kernel, unfused, single CTAs) where pieces keep 16+ K blocks.
   const bool try_split = problem.k >= 2048;

@@ -171,8 +171,10 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
       if (r > kHotGroupRows) rows_in_hot_groups += r;
     }
   } else {
-    rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
-    active = args.num_groups;
+    rows = args.expected_rows > 0                   ? args.expected_rows
+           : args.layout == GroupLayout::contiguous ? args.total_rows
+                                                    : (long long)args.capacity * args.num_groups;
+    active = expected_active_groups(args.num_groups, rows);
   }
   ShapeBucket bucket =
       ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type,
@@ -462,6 +464,7 @@ GemmProblem problem_of(const GroupedGemmArgs& args, const HostGroups& groups, st
   problem.fusion = args.fusion;
   problem.b_scales = args.b_scale_layout;
   problem.total_rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
+  if (!groups.known && args.expected_rows > 0) problem.total_rows = args.expected_rows;
   if (groups.known) {
     rows.resize(args.num_groups);
     for (int g = 0; g < args.num_groups; ++g) rows[g] = rows_of_group(args, groups.view, g);

@@ -89,6 +89,9 @@ void validate_args(const GroupedGemmArgs& a) {
     rows = static_cast<long long>(a.capacity) * a.num_groups;
     if (rows > INT32_MAX) bad("capacity × num_groups = {} rows (at most {})", rows, INT32_MAX);
   }
+  if (a.expected_rows < 0 || a.expected_rows > rows)
+    bad("expected_rows={} (expected 0, or 1..{}: the rows the groups can hold, {})", a.expected_rows, rows,
+        a.layout == GroupLayout::contiguous ? "total_rows" : "capacity × num_groups");
   // Element offsets are 64-bit in the kernels, row indices 32-bit.
   if (static_cast<long long>(a.num_groups) * a.n > INT32_MAX)
     bad("num_groups × n = {} rows of B (at most {})", static_cast<long long>(a.num_groups) * a.n, INT32_MAX);
