@@ -29,6 +29,11 @@
 //   times 2^-9..2^0, random sign: 1-2 significant bits) instead of normal ones (8 significant bits):
 //   a diagnostic of data-dependent power at the 700 W cap (docs/perf.md v32).
 // BENCH_SPECS_ONLY=1 with BENCH_SPECS: time the overrides only, not the chosen spec (for ncu).
+// BENCH_MASKED=C: the masked layout, C rows per expert (A [E, C, K], C [E, C, N]; counts past C are
+//   clipped, and the routing file holds the clipped ones), launched as under graph capture
+//   (trust_device_groups, no host groups). Each case times three configs in turns: the heuristic's
+//   choice from the exact counts (spec column prefixed "exact:"), from GroupedGemmArgs::expected_rows
+//   = tokens x top-k ("hint:"), and from the layout's upper bound, C x E rows ("bound:").
 // BENCH_INTERLEAVE=1 with BENCH_SPECS: the chosen config and the overrides take turns launch by
 // launch (each after its own L2 clear) instead of being timed one after another: at 16384 tokens a
 // config's place in the sequence moved its time by more than the configs differ (docs/perf.md v17).
@@ -335,6 +340,12 @@ int main(int argc, char** argv) {
   // BENCH_INTERLEAVE=1: a case's BENCH_SPECS configs timed in turns (time_interleaved).
   const bool unfused_too = std::getenv("BENCH_UNFUSED") && std::string(std::getenv("BENCH_UNFUSED")) != "0";
   const bool interleave = peer_protocol && std::getenv("BENCH_INTERLEAVE") && std::string(std::getenv("BENCH_INTERLEAVE")) != "0";
+  const int masked_capacity = std::getenv("BENCH_MASKED") ? std::atoi(std::getenv("BENCH_MASKED")) : 0;
+  if (masked_capacity < 0 || (masked_capacity > 0 && (gather || tune_mode || std::getenv("BENCH_SPECS") || !peer_protocol))) {
+    fmt::print(stderr, "BENCH_MASKED={} (expected rows per expert >= 1, without BENCH_GATHER, BENCH_TUNE, BENCH_SPECS or "
+                       "BENCH_PROTOCOL=sync)\n", std::getenv("BENCH_MASKED"));
+    return 2;
+  }
   if (format != "bf16" && format != "e4m3" && format != "mxfp4" && format != "nvfp4") {
     fmt::print(stderr, "FORMAT={} (expected bf16, e4m3, mxfp4 or nvfp4)\n", format);
     return 2;
@@ -417,6 +428,8 @@ int main(int argc, char** argv) {
       for (int tokens : token_counts) {
         std::vector<int> counts = skewed ? moejit::examples::route_top_k_skewed(tokens, m, rng)
                                          : moejit::examples::route_top_k(tokens, m, rng);
+        if (masked_capacity)
+          for (int& c : counts) c = std::min(c, masked_capacity);
         std::vector<int> offsets(m.experts + 1, 0);
         std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
         int rows = offsets.back();
@@ -429,21 +442,30 @@ int main(int argc, char** argv) {
         int* d_gather = nullptr;
         // BENCH_GATHER=1: fuse=gather, as a fused GEMM1 reads its tokens: A is [tokens, K] in token
         // order (FP8: scales [K/128][tokens]) and routed row r reads token gather_rows[r] (random).
+        // BENCH_MASKED: A and C are E slabs of C rows; the bytes counted below stay the valid rows'.
+        const long long slab_rows = masked_capacity ? (long long)m.experts * masked_capacity : rows;
         const int a_rows = gather ? tokens : rows;
         const std::size_t a_bytes = (std::size_t)a_rows * k * (fp8 ? 1 : 2), a_scale_bytes = fp8 ? k_blocks * a_rows * 4 : 0;
-        check(cudaMalloc(&d_a, std::max<std::size_t>(a_bytes, 16)), "cudaMalloc A");
-        check(cudaMalloc(&d_c, std::max<std::size_t>((std::size_t)rows * n * 2, 16)), "cudaMalloc C");
+        const std::size_t a_alloc = (std::size_t)(gather ? tokens : slab_rows) * k * (fp8 ? 1 : 2),
+                          a_scale_alloc = fp8 ? k_blocks * (gather ? tokens : slab_rows) * 4 : 0;
+        check(cudaMalloc(&d_a, std::max<std::size_t>(a_alloc, 16)), "cudaMalloc A");
+        check(cudaMalloc(&d_c, std::max<std::size_t>((std::size_t)slab_rows * n * 2, 16)), "cudaMalloc C");
         check(cudaMalloc(&d_off, offsets.size() * 4), "cudaMalloc offsets");
         if (fp8) {
-          fill_pattern(d_a, a_bytes, codes_pattern);
-          check(cudaMalloc(&d_a_scales, std::max<std::size_t>(a_scale_bytes, 16)), "cudaMalloc A scales");
-          fill_pattern(d_a_scales, a_scale_bytes, scales_pattern);
+          fill_pattern(d_a, a_alloc, codes_pattern);
+          check(cudaMalloc(&d_a_scales, std::max<std::size_t>(a_scale_alloc, 16)), "cudaMalloc A scales");
+          fill_pattern(d_a_scales, a_scale_alloc, scales_pattern);
         } else if (w4) {
-          fill_random(d_a, a_bytes, fill_rng);
+          fill_random(d_a, a_alloc, fill_rng);
         } else {
-          fill_random(d_a, a_bytes, rng);
+          fill_random(d_a, a_alloc, rng);
         }
         check(cudaMemcpy(d_off, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice), "offsets");
+        int* d_counts = nullptr;
+        if (masked_capacity) {
+          check(cudaMalloc(&d_counts, counts.size() * 4), "cudaMalloc counts");
+          check(cudaMemcpy(d_counts, counts.data(), counts.size() * 4, cudaMemcpyHostToDevice), "counts");
+        }
         moejit::GroupedGemmArgs args;
         args.a = d_a;
         args.b = d_b;
@@ -454,6 +476,14 @@ int main(int argc, char** argv) {
         args.group_offsets = d_off;
         args.total_rows = rows;
         args.host_groups = offsets;
+        if (masked_capacity) {
+          args.layout = moejit::GroupLayout::masked;
+          args.group_offsets = nullptr;
+          args.total_rows = 0;
+          args.group_counts = d_counts;
+          args.capacity = masked_capacity;
+          args.host_groups = counts;
+        }
         args.fusion = bench_fusion;
         if (gather) {
           std::vector<int> tokens_of_rows(std::max(rows, 1));
@@ -512,6 +542,7 @@ int main(int argc, char** argv) {
           cudaFree(d_a);
           cudaFree(d_c);
           cudaFree(d_off);
+          cudaFree(d_counts);
           cudaFree(d_a_scales);
           cudaFree(d_gather);
           for (void* q : d_fusion) cudaFree(q);
@@ -555,12 +586,27 @@ int main(int argc, char** argv) {
           cudaFree(d_a);
           cudaFree(d_c);
           cudaFree(d_off);
+          cudaFree(d_counts);
           cudaFree(d_a_scales);
           cudaFree(d_gather);
           for (void* q : d_fusion) cudaFree(q);
           continue;
         }
         std::vector<moejit::KernelSpec> specs = {rt.choose_spec(args)};
+        std::vector<std::string> labels = {""};
+        if (masked_capacity) {
+          // The choices from the exact counts, from the hint and from the upper bound; each launched
+          // as under graph capture (the device's counts only: trust_device_groups, no host groups).
+          moejit::GroupedGemmArgs device_only = args;
+          device_only.host_groups = {};
+          device_only.trust_device_groups = true;
+          device_only.expected_rows = (long long)tokens * m.topk;
+          specs.push_back(rt.choose_spec(device_only));
+          device_only.expected_rows = 0;
+          specs.push_back(rt.choose_spec(device_only));
+          labels = {"exact:", "hint:", "bound:"};
+          args = device_only;
+        }
         if (const char* extra = std::getenv("BENCH_SPECS")) {
           std::stringstream list(extra);
           for (std::string item; std::getline(list, item, ';');) {
@@ -587,7 +633,7 @@ int main(int argc, char** argv) {
           specs.push_back(rt.choose_spec(plain));
         }
         std::vector<double> interleaved;
-        if (interleave && specs.size() > 1) {
+        if ((interleave || masked_capacity) && specs.size() > 1) {
           std::vector<moejit::Kernel> kernels;
           std::vector<moejit::GroupedGemmArgs> spec_args;
           for (const moejit::KernelSpec& spec : specs) kernels.push_back(rt.kernel(spec)), spec_args.push_back(args_for(spec, args));
@@ -613,13 +659,14 @@ int main(int argc, char** argv) {
           bytes = weight_bytes * active + (double)b_scale_bytes / m.experts * active + (double)a_bytes + (double)a_scale_bytes +
                   2.0 * rows * n;
         }
-        fmt::print("{},{},{},{},{},{},{},{},{},{:.4f},{:.1f},{:.1f},{}\n", m.name, gemm, tokens, m.experts, m.topk, n, k, rows,
-                   active, med, flops / med / 1e9, bytes / med / 1e6, spec.to_text());
+        fmt::print("{},{},{},{},{},{},{},{},{},{:.4f},{:.1f},{:.1f},{}{}\n", m.name, gemm, tokens, m.experts, m.topk, n, k, rows,
+                   active, med, flops / med / 1e9, bytes / med / 1e6, which < labels.size() ? labels[which] : "", spec.to_text());
         std::fflush(stdout);
         }
         cudaFree(d_a);
         cudaFree(d_c);
         cudaFree(d_off);
+        cudaFree(d_counts);
         cudaFree(d_a_scales);
         cudaFree(d_gather);
         for (void* q : d_fusion) cudaFree(q);
