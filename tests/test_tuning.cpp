@@ -458,6 +458,21 @@ TEST_CASE("groups on the device only: expected_rows chooses as the exact counts 
   CHECK(expected_active_groups(1, 5) == 1);
   CHECK(expected_active_groups(128, 0) == 0);
   CHECK(expected_active_groups(128, 131072) == 128);
+  // Typical group sizes: Binomial(rows, 1 / groups) quantiles, ascending, about `rows` in all.
+  for (auto [groups, rows] : {std::pair{128, 128LL}, {256, 32768LL}, {8, 131072LL}, {256, 8LL}, {1, 77LL}}) {
+    const std::vector<int> typical = typical_group_rows(groups, rows);
+    REQUIRE(typical.size() == (std::size_t)groups);
+    CHECK(std::is_sorted(typical.begin(), typical.end()));
+    const long long sum = std::accumulate(typical.begin(), typical.end(), 0LL);
+    INFO(groups << " groups, " << rows << " rows: " << sum);
+    CHECK(std::abs(sum - rows) <= std::max(4LL, rows / 50));
+  }
+  const std::vector<int> decode = typical_group_rows(128, 128);  // 16 tokens x top-8 over 128 experts
+  CHECK(std::count(decode.begin(), decode.end(), 0) == 47);       // e^-1 of them empty
+  CHECK(decode.back() == 4);
+  // Without the host's counts no split=tail (the launch cannot plan it): Mixtral down 1024.
+  GemmProblem mixtral_down{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 2048, {}};
+  CHECK(choose_spec(mixtral_down, kHopper, 132).split == SplitK::none);
   RuntimeOptions options;
   options.offline_sm_count = 132;
   auto rt = Runtime::offline(kHopper, options);
@@ -585,9 +600,11 @@ TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group (768 on a layer
   one_in_9[3] = 256 + 5;
   CHECK(choose(one_in_8, 4096, 2048).tail == 24);
   CHECK(choose(one_in_9, 4096, 2048).tail == 0);
-  // Without the host's group sizes, or on a tile that has none: none.
+  // Without the host's group sizes a typical random routing of the rows decides (v44): 128 rows per
+  // group, half of the groups ending 1-24 rows past a whole tile.
   GemmProblem unknown{GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 7168, 2048, 32768, {}};
-  CHECK(choose_spec(unknown, kHopper, 132).tail == 0);
+  CHECK(choose_spec(unknown, kHopper, 132).tail == 24);
+  // On a tile that has none: none.
   CHECK(choose(std::vector<int>(256, 40), 4096, 7168).tail == 0);  // 64x128
   // Prewarm builds the twin.
   auto variants = routing_variants(s, 4096, 7168);

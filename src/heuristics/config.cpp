@@ -383,7 +383,8 @@ bool may_split_tail(const KernelSpec& spec, int k) {
 // 1.08x on Qwen3 up 4096 (K = 2048): hence K >= 4096, and only where the plan splits. `estimate`:
 // the tile count without the groups' sizes.
 KernelSpec with_split_tail(KernelSpec spec, const GemmProblem& problem, long long estimate, int sm_count) {
-  if (!may_split_tail(spec, problem.k)) return spec;
+  // The launch plans the split from the host's counts; without them it runs every tile whole.
+  if (!may_split_tail(spec, problem.k) || problem.group_rows_typical) return spec;
   const long long n_tiles = (problem.n + spec.tile.n - 1) / spec.tile.n;
   long long exact = 0;
   for (int r : problem.group_rows) exact += (std::max(r, 0) + spec.tile.m - 1) / spec.tile.m * n_tiles;
@@ -464,6 +465,32 @@ long long expected_active_groups(long long groups, long long rows) {
   return std::clamp(active, 1LL, std::min(groups, rows));
 }
 
+std::vector<int> typical_group_rows(int groups, long long rows) {
+  std::vector<int> out(std::max(groups, 0), 0);
+  if (groups <= 0 || rows <= 0) return out;
+  if (groups == 1) return {(int)std::min<long long>(rows, INT32_MAX)};
+  // The binomial's CDF over mean ± 10 sd (the mass outside is below 1e-20), from log-pmfs.
+  const double p = 1.0 / groups, n = (double)rows;
+  const double mean = n * p, sd = std::sqrt(n * p * (1 - p));
+  const long long lo = std::max(0LL, (long long)std::floor(mean - 10 * sd - 1)),
+                  hi = std::min(rows, (long long)std::ceil(mean + 10 * sd + 1));
+  const double log_norm = std::lgamma(n + 1);
+  std::vector<double> cdf;
+  cdf.reserve(hi - lo + 1);
+  double sum = 0;
+  for (long long k = lo; k <= hi; ++k) {
+    const double x = (double)k;
+    sum += std::exp(log_norm - std::lgamma(x + 1) - std::lgamma(n - x + 1) + x * std::log(p) + (n - x) * std::log1p(-p));
+    cdf.push_back(sum);
+  }
+  for (int i = 0; i < groups; ++i) {
+    const double q = (i + 0.5) / groups * sum;
+    const long long k = lo + (std::lower_bound(cdf.begin(), cdf.end(), q) - cdf.begin());
+    out[i] = (int)std::min<long long>(std::min(k, hi), INT32_MAX);
+  }
+  return out;
+}
+
 bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot_groups) {
   return rows > 0 && rows <= (long long)kHotGroupRows * active && rows_in_hot_groups * kHotRowsShareInverse >= rows;
 }
@@ -478,7 +505,15 @@ bool hot_groups_dominate(std::span<const int> group_rows) {
   return hot_groups_dominate(rows, active, in_hot);
 }
 
-KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_count) {
+KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count) {
+  // Without the groups' sizes, a typical random routing of the rows (typical_group_rows).
+  GemmProblem problem = given;
+  std::vector<int> typical;
+  if (problem.group_rows.empty()) {
+    typical = typical_group_rows(problem.num_groups, problem.total_rows);
+    problem.group_rows = typical;
+    problem.group_rows_typical = true;
+  }
   KernelSpec spec;
   spec.arch = arch;
   spec.layout = problem.layout;
@@ -492,7 +527,6 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
   long long active = 0, rows = 0;
   for (int r : problem.group_rows)
     if (r > 0) ++active, rows += r;
-  if (problem.group_rows.empty()) rows = problem.total_rows, active = expected_active_groups(problem.num_groups, rows);
   double mean_rows = active ? double(rows) / double(active) : 0.0;
 
   const bool split_glu = spec.fusion.glu_activation() && spec.fusion.glu == GluLayout::split;

@@ -17,12 +17,16 @@ struct GemmProblem {
   int k = 0;
   long long total_rows = 0;       // contiguous: ΣM; masked: an estimate of valid rows if known, else capacity × groups
                                   // (without group_rows: the rows expected, GroupedGemmArgs::expected_rows)
-  // Per-group valid rows when known (may be empty). A view: the rows must outlive the problem (a
-  // temporary vector in a brace initializer dangles by the next statement).
+  // Per-group valid rows when known (may be empty: choose_spec then assumes typical_group_rows of
+  // total_rows). A view: the rows must outlive the problem (a temporary vector in a brace
+  // initializer dangles by the next statement).
   std::span<const int> group_rows;
   std::optional<DType> b_type;      // B's type where it differs from ab_type (mxfp4 | nvfp4)
   Fusion fusion{};                  // built into the chosen spec (configs that cannot take it are avoided)
   ScaleB b_scales = ScaleB::blocks;  // FP8: B's scale layout (channels: the Hopper FP8 kernel only)
+  // group_rows are typical_group_rows, not the launch's: rules that the launch can only apply with
+  // the host's counts (split=tail's plan) stay off.
+  bool group_rows_typical = false;
 };
 
 // Chooses family, tile, stages and scheduler for the arch. Documented in docs/design.md.
@@ -33,6 +37,11 @@ KernelSpec choose_spec(const GemmProblem& problem, const Arch& arch, int sm_coun
 // host does not see the group sizes, choose_spec and the shape bucket take the mean rows per
 // active group from it (at 16 tokens × top-8 over 128 experts: 81 active groups, not 128).
 long long expected_active_groups(long long groups, long long rows);
+// The group sizes choose_spec assumes where the host does not see them (v44): `rows` spread over
+// `groups` as random routing spreads them, i.e. the groups' quantiles (i + 1/2) / groups of
+// Binomial(rows, 1/groups), ascending. The rules that read the sizes (tail rows, pairs' parity,
+// one-round stages, bands) then see a typical routing instead of none; skew is not guessed.
+std::vector<int> typical_group_rows(int groups, long long rows);
 
 // Skewed routing at a small mean: whether at least half of the rows sit in groups of more than 128
 // rows while the mean rows per active group is at most 128 (hot experts beside many small ones). The

@@ -165,12 +165,13 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
   KernelSpec chosen = choose_spec(problem, arch, sm_count);
   std::vector<KernelSpec> out = {chosen};
   long long active = 0, rows = 0;
-  for (int r : problem.group_rows)
+  const std::vector<int> typical =
+      problem.group_rows.empty() ? typical_group_rows(problem.num_groups, problem.total_rows) : std::vector<int>();
+  for (int r : problem.group_rows.empty() ? std::span<const int>(typical) : problem.group_rows)
     if (r > 0) ++active, rows += r;
-  if (problem.group_rows.empty()) rows = problem.total_rows, active = expected_active_groups(problem.num_groups, rows);
   const double mean_rows = active ? double(rows) / double(active) : 0.0;
   // split=tail (the 16-bit Hopper kernel, unfused, single CTAs) where pieces keep 16+ K blocks.
-  const bool try_split = problem.k >= 2048;
+  const bool try_split = problem.k >= 2048 && !problem.group_rows.empty();  // a launch without host counts runs whole tiles
   // Fused 4-bit Hopper kernels: the static scheduler only. Their dynamic variants compile with
   // serialized wgmmas (ptxas C7511 on the 128-token scatter tile, C7512 on the 48/64-token ones,
   // C7518 on 64x256) or a spill (48 tokens with scatter), and unfused the dynamic scheduler already
