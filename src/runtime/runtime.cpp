@@ -559,15 +559,24 @@ void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
   if (!k) {
     // First call in this bucket: a stored tuning result, a tuning run now, or the heuristic.
     std::optional<KernelSpec> spec = stored_spec(*impl_, bucket);
+    const char* source = "stored tuning result";
     if (!spec && impl_->options.autotune) {
       GroupedGemmArgs with_groups = args;
       if (groups.known) with_groups.host_groups = groups.view;
       spec = tune(with_groups, stream).best;
+      source = "tuned now";
     }
     if (!spec) {
       std::vector<int> rows;
       spec = moejit::choose_spec(problem_of(args, groups, rows), impl_->arch, std::max(impl_->sm_count, 1));
+      source = "heuristic";
     }
+    // Once per bucket (MOEJIT_LOG=debug): what was chosen and from what, for `moejit inspect`.
+    log_debug(fmt::format("grouped_gemm: bucket {} ({}) -> {} ({})", bucket.to_text(),
+                          groups.known               ? "host group sizes"
+                          : args.expected_rows > 0 ? "expected_rows, typical routing"
+                                                   : "upper bound of the rows, typical routing",
+                          spec->to_text(), source));
     const LoadedKernel& loaded = load_kernel(*impl_, *spec);
     std::unique_lock lock(impl_->hot_mutex);
     k = impl_->by_bucket.try_emplace(bucket, &loaded).first->second;
