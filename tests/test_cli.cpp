@@ -34,7 +34,7 @@ const char* kSmallSpec = "'family=portable,arch=sm_80,tile=64x64x32,stages=2,war
 TEST_CASE("cli: help and usage errors", "[cli]") {
   TempDir dir;
   CHECK(cli("--help", dir.str()).code == 0);
-  for (auto sub : {"inspect", "compile", "prewarm", "cache"}) {
+  for (auto sub : {"inspect", "choose", "compile", "prewarm", "cache"}) {
     auto r = cli(fmt::format("{} --help", sub), dir.str());
     CHECK(r.code == 0);
     CHECK(r.out.find("usage: moejit") != std::string::npos);
@@ -49,6 +49,36 @@ TEST_CASE("cli: help and usage errors", "[cli]") {
   CHECK(cli("prewarm", dir.str()).code == 2);
   CHECK(cli("prewarm --model no-such-model", dir.str()).code == 2);
   CHECK(cli("cache frob", dir.str()).code == 2);
+}
+
+TEST_CASE("cli: choose prints the heuristic's spec for a shape, from counts or from expected rows", "[cli]") {
+  TempDir dir;
+  // Qwen3 up at 16 tokens, masked with room for 1024 rows, MXFP4 weights: the 16-token decode tile.
+  auto decode = cli("choose --groups 128 --n 1536 --k 2048 --rows 128 --layout masked --capacity 1024 --weights mxfp4", dir.str());
+  REQUIRE(decode.code == 0);
+  CHECK(decode.out.find("family=hopper,arch=sm_90a,layout=masked,a=bf16,b=mxfp4") != std::string::npos);
+  CHECK(decode.out.find("tile=16x128x64") != std::string::npos);
+  CHECK(decode.out.find("typical random routing") != std::string::npos);
+  // DeepSeek-V3 down 4096: a typical routing ends half the groups just past a tile (tail rows).
+  auto prefill = cli("choose --groups 256 --n 7168 --k 2048 --rows 32768", dir.str());
+  REQUIRE(prefill.code == 0);
+  CHECK(prefill.out.find("tile=128x256x64") != std::string::npos);
+  CHECK(prefill.out.find("tail=24") != std::string::npos);
+  auto counted = cli("choose --groups 4 --n 256 --k 512 --counts 1,2,3,400 --dtype e4m3 --arch sm_80", dir.str());
+  REQUIRE(counted.code == 0);
+  CHECK(counted.out.find("family=portable,arch=sm_80,layout=contiguous,a=e4m3") != std::string::npos);
+  // The printed spec is inspect's input.
+  CHECK(cli("inspect \"$(MOEJIT_CACHE=off '" MOEJIT_CLI_PATH "' choose --groups 8 --n 4096 --k 14336 --rows 2048 2>/dev/null)\"",
+            dir.str()).code == 0);
+  for (auto bad : {"choose --n 256 --k 512 --rows 5", "choose --groups 4 --n 256 --k 512",
+                   "choose --groups 4 --n 256 --k 512 --rows 5 --counts 1,1,1,2", "choose --groups 4 --n 256 --k 512 --counts 1,2,3",
+                   "choose --groups 4 --n 256 --k 512 --rows x", "choose --groups 4 --n 256 --k 512 --rows 5 --dtype f32",
+                   "choose --groups 4 --n 256 --k 512 --rows 500 --layout masked --capacity 100", "choose --frob"}) {
+    INFO(bad);
+    auto r = cli(bad, dir.str());
+    CHECK(r.code == 2);
+    CHECK(r.out.find("moejit: ") != std::string::npos);
+  }
 }
 
 TEST_CASE("cli: inspect prints source that starts with the spec", "[cli]") {

@@ -36,6 +36,7 @@ usage: moejit <command> [options]
 
 commands:
   inspect SPEC      print the generated CUDA source of a kernel (--ptx, --resources)
+  choose            print the config the runtime's heuristic picks for a grouped GEMM shape
   compile SPEC...   compile kernels into the cache and report each outcome
   prewarm           compile every kernel a model preset (or a file of specs) will use
   tune              time the candidate configs of a model preset's GEMMs on this GPU and
@@ -57,6 +58,19 @@ canonical spec). --ptx prints the PTX instead; --resources compiles it and print
 ptxas report (registers, spills, shared memory) and the cache key; --formats prints the
 operand formats the kernel takes (element types, scale arrays and their layouts).
 )";
+const char* kChooseHelp = R"help(usage: moejit choose --groups E --n N --k K (--rows R | --counts C0,C1,...)
+                     [--layout contiguous|masked] [--capacity C] [--dtype bf16|f16|e4m3]
+                     [--weights mxfp4|nvfp4] [--c bf16|f16|f32|e4m3] [--fuse FIELDS]
+                     [--arch sm_90a] [--sms 132]
+
+Prints the spec Runtime::grouped_gemm's heuristic picks for this grouped GEMM (no GPU needed),
+then on stderr what it was picked from. --counts: the E groups' valid rows, as the runtime sees
+them with host_groups. --rows: R rows in all, spread as random top-k routing spreads them, as
+the runtime assumes where only the device holds the groups (trust_device_groups, with
+expected_rows = R). masked takes --capacity (default: the largest group, or R). --fuse takes
+spec fields (e.g. "fuse=gather+bias,act=swiglu"). A stored tuning result, where there is one,
+takes precedence in the runtime. To read the kernel: moejit inspect "$(moejit choose ...)".
+)help";
 const char* kCompileHelp = R"(usage: moejit compile SPEC...
 
 Compiles each spec (or loads it from the cache) and prints one line per spec:
@@ -262,6 +276,83 @@ int cmd_prewarm(const std::vector<std::string>& args) {
   return compile_all(gemm_items(specs), jobs, false) ? kFailed : kOk;
 }
 
+int cmd_choose(const std::vector<std::string>& args) {
+  if (wants_help(args)) return fmt::print("{}", kChooseHelp), kOk;
+  GroupedGemmArgs x;
+  Arch arch{9, 0, true};
+  int sms = 132;
+  long long rows = -1;
+  std::vector<int> counts;
+  bool has_counts = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(fmt::format("choose: {} needs a value", args[i]));
+      return args[++i];
+    };
+    auto number = [&](const std::string& v) -> long long {
+      std::size_t used = 0;
+      long long n = -1;
+      try {
+        n = std::stoll(v, &used);
+      } catch (...) {
+      }
+      if (used != v.size() || n < 0) throw UsageError(fmt::format("choose: {} '{}' is not a non-negative number", args[i - 1], v));
+      return n;
+    };
+    auto dtype = [&](const std::string& v) { return KernelSpec::parse("a=" + v).a; };  // a SpecError names a bad one
+    const std::string& flag = args[i];
+    if (flag == "--groups") x.num_groups = (int)number(value());
+    else if (flag == "--n") x.n = (int)number(value());
+    else if (flag == "--k") x.k = (int)number(value());
+    else if (flag == "--rows") rows = number(value());
+    else if (flag == "--capacity") x.capacity = (int)number(value());
+    else if (flag == "--sms") sms = (int)number(value());
+    else if (flag == "--arch") arch = Arch::parse(value());
+    else if (flag == "--dtype") x.ab_type = dtype(value());
+    else if (flag == "--weights") x.b_type = dtype(value());
+    else if (flag == "--c") x.c_type = dtype(value());
+    else if (flag == "--fuse") x.fusion = KernelSpec::parse(value()).fusion;
+    else if (flag == "--layout") {
+      const std::string v = value();
+      if (v != "contiguous" && v != "masked") throw UsageError(fmt::format("choose: --layout '{}' (expected contiguous or masked)", v));
+      x.layout = v == "masked" ? GroupLayout::masked : GroupLayout::contiguous;
+    } else if (flag == "--counts") {
+      has_counts = true;
+      std::stringstream list(value());
+      for (std::string c; std::getline(list, c, ',');) counts.push_back((int)number(c));
+    } else {
+      throw UsageError(fmt::format("choose: unknown argument '{}'", flag));
+    }
+  }
+  if (x.num_groups < 1 || x.n < 1 || x.k < 1) throw UsageError("choose: --groups, --n and --k are required (positive)");
+  if ((rows >= 0) == has_counts) throw UsageError("choose: give exactly one of --rows R or --counts C0,C1,...");
+  if (has_counts && (int)counts.size() != x.num_groups)
+    throw UsageError(fmt::format("choose: --counts has {} values for --groups {}", counts.size(), x.num_groups));
+  if (x.c_type == DType::bf16 && x.ab_type == DType::f16) x.c_type = DType::f16;  // C follows 16-bit A by default
+  const long long total = has_counts ? std::accumulate(counts.begin(), counts.end(), 0LL) : rows;
+  if (total > INT32_MAX) throw UsageError(fmt::format("choose: {} rows (at most {})", total, INT32_MAX));
+  std::vector<int> offsets(1, 0);
+  if (x.layout == GroupLayout::masked) {
+    if (x.capacity == 0) x.capacity = (int)std::max<long long>(1, has_counts ? *std::max_element(counts.begin(), counts.end()) : rows);
+    if ((long long)x.capacity * x.num_groups < total)
+      throw UsageError(fmt::format("choose: {} rows do not fit {} groups of capacity {}", total, x.num_groups, x.capacity));
+    if (has_counts) x.host_groups = counts;
+  } else {
+    x.total_rows = (int)total;
+    for (int c : counts) offsets.push_back(offsets.back() + c);
+    if (has_counts) x.host_groups = offsets;
+  }
+  if (!has_counts) x.trust_device_groups = true, x.expected_rows = rows;
+  RuntimeOptions options;
+  options.offline_sm_count = sms;
+  const KernelSpec spec = Runtime::offline(arch, options)->choose_spec(x);
+  fmt::print("{}\n", spec.to_text());
+  std::fflush(stdout);  // the spec first, then the note on stderr
+  fmt::print(stderr, "chosen for {} on {} with {} SMs from {}\n", has_counts ? "these group sizes" : fmt::format("{} rows", rows),
+             arch.to_text(), sms, has_counts ? "the counts" : "a typical random routing of the rows (expected_rows)");
+  return kOk;
+}
+
 // Fills device memory with random 16-bit numbers (bf16 and f16 alike: normal values in either
 // reading), uploading a 16 MiB host pattern piece by piece. Times on zeros would be too kind.
 void fill_random(const DeviceBuffer& buffer, std::mt19937& rng) {
@@ -427,6 +518,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "--help" || command == "-h" || command == "help") return fmt::print("{}", kMainHelp), kOk;
     if (command == "inspect") return cmd_inspect(args);
+    if (command == "choose") return cmd_choose(args);
     if (command == "compile") return cmd_compile(args);
     if (command == "prewarm") return cmd_prewarm(args);
     if (command == "cache") return cmd_cache(args);
