@@ -126,6 +126,20 @@ TEST_CASE("shape buckets: rounding, text round trip, rejects other text", "[tuni
   auto hot_w4 = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 2048, 7, DType::mxfp4, true);
   CHECK(ShapeBucket::parse(hot_w4.to_text()) == hot_w4);
   CHECK_FALSE(ShapeBucket::parse("layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,hotter"));
+  // Hot groups beside small ones at a larger mean (the mixed order's rule, v44): ",mixed".
+  auto mixed = ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 7168, 2048, 32768, 224, std::nullopt,
+                               false, true);
+  CHECK(mixed.to_text() == "layout=contiguous,ab=bf16,c=bf16,groups=256,n=7168,k=2048,rows<=256,active<=256,mixed");
+  CHECK(ShapeBucket::parse(mixed.to_text()) == mixed);
+  CHECK_FALSE(ShapeBucket::of(GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 7168, 2048, 32768, 224) == mixed);
+  auto both = ShapeBucket::of(GroupLayout::masked, DType::f16, DType::f16, 8, 4096, 1024, 512, 8, std::nullopt, true, true);
+  CHECK(both.to_text().ends_with(",hot,mixed"));
+  CHECK(ShapeBucket::parse(both.to_text()) == both);
+  CHECK_FALSE(ShapeBucket::parse("layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,mixed,hot"));
+  CHECK(mixed_order_pays(7168, 2048, 140, 340));
+  CHECK_FALSE(mixed_order_pays(7168, 2048, 0, 340));    // random routing: no hot group
+  CHECK_FALSE(mixed_order_pays(7168, 2048, 340, 340));  // every group hot
+  CHECK_FALSE(mixed_order_pays(4096, 7168, 140, 340));  // K long
   CHECK(hot_groups_dominate(std::vector<int>{972, 739, 557, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10,
                                              10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10}));
   CHECK_FALSE(hot_groups_dominate(std::vector<int>(256, 32)));   // even routing at 1024 tokens
@@ -506,6 +520,43 @@ TEST_CASE("groups on the device only: expected_rows chooses as the exact counts 
       CHECK(exact.tile.m <= 64);
       CHECK(bound.tile.m == 128);
     }
+}
+
+TEST_CASE("bf16 mixed tile order under skew where K is short and N wide (v44)", "[tuning][heuristic]") {
+  auto mix = [](const std::vector<int>& rows, int n, int k, const char* fuse = "") {
+    long long total = 0;
+    for (int r : rows) total += r;
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)rows.size(), n, k, total, rows};
+    if (*fuse) p.fusion = KernelSpec::parse(fuse).fusion;
+    return choose_spec(p, kHopper, 132).mix;
+  };
+  // 20 hot groups of 800 rows (7 M tiles each) beside 200 of 40: 41% of the tiles heavy.
+  std::vector<int> skewed(20, 800);
+  skewed.resize(220, 40);
+  CHECK(mix(skewed, 7168, 2048) == 256);  // DeepSeek-V3 down
+  CHECK(mix(skewed, 5760, 2880) == 256);  // gpt-oss up
+  CHECK(mix(skewed, 4096, 7168) == 0);    // DeepSeek-V3 up: K long (1.09x)
+  CHECK(mix(skewed, 2048, 768) == 0);     // Qwen3 down: N narrow (1.07x)
+  CHECK(mix(skewed, 2880, 2880) == 0);    // gpt-oss down
+  CHECK(mix(skewed, 7168, 2048, "fuse=scatter+weight") == 0);  // fused: not measured
+  // One class only (random routing), or nearly: the plain order.
+  CHECK(mix(std::vector<int>(256, 128), 7168, 2048) == 0);
+  CHECK(mix(std::vector<int>(256, 512), 7168, 2048) == 0);
+  std::vector<int> mostly_light(2, 800);
+  mostly_light.resize(220, 40);  // 14 of 232 tiles heavy
+  CHECK(mix(mostly_light, 7168, 2048) == 0);
+  // Without host counts the routing is taken as random: no mix.
+  GemmProblem unknown{GroupLayout::contiguous, DType::bf16, DType::bf16, 220, 7168, 2048, 24000, {}};
+  CHECK(choose_spec(unknown, kHopper, 132).mix == 0);
+  // Prewarm builds the twin where one group can reach 256 rows.
+  KernelSpec large = KernelSpec::parse("family=hopper,arch=sm_90a,tile=128x256x64,stages=4,sched=dynamic");
+  auto has_mix = [](const std::vector<KernelSpec>& list) {
+    return std::any_of(list.begin(), list.end(), [](const KernelSpec& s) { return s.mix == 256; });
+  };
+  CHECK(has_mix(routing_variants(large, 7168, 2048, 4096)));
+  CHECK_FALSE(has_mix(routing_variants(large, 7168, 2048, 128)));
+  CHECK_FALSE(has_mix(routing_variants(large, 4096, 7168, 4096)));
+  for (const KernelSpec& s : routing_variants(large, 7168, 2048, 4096)) CHECK_NOTHROW(s.validate());
 }
 
 TEST_CASE("4-bit prefill: tile bands where a group's A outgrows L2 (v43)", "[tuning][heuristic]") {

@@ -48,6 +48,18 @@ constexpr int kSplitTailMinK = 4096;
 // (the single C staging chunk and the tail's MMAs; docs/results/2026-11-27-v40-tail-rows-turns.txt).
 constexpr int kTailRows = kHopperTailRows;
 constexpr int kTailMinShareInverse = 8;
+// The mixed tile order (mix=R, v43) where the host's counts show hot groups of R+ rows holding
+// 30-90% of the tiles beside small ones, K is short (each tile short, the small groups' tiles
+// weight-streaming) and N is wide (many weight tiles per group): unfused 16-bit 128x256. In turns
+// under skewed routing (H100, docs/results/2026-11-27-v43-mix-turns.csv): DeepSeek-V3 down 4096 /
+// 16384 (N = 7168, K = 2048) 0.958-0.965 / 0.968-0.969x the time, gpt-oss up 4096 (5760, 2880)
+// 0.953-0.960x, gpt-oss up 16384 0.996-0.997x. Not where K is long (DeepSeek-V3 up 4096, K = 7168:
+// 1.085-1.097x, the launch already DRAM-bound and the hot groups' tiles re-read once light ones
+// stream beside them), nor N narrow (Qwen3, N <= 2048: up to 1.075x; gpt-oss down, N = 2880:
+// 1.003-1.018x). Random routing leaves every group in one class, where the order is the plain one.
+constexpr int kMixMinN = 4096;
+constexpr int kMixMaxK = 3072;
+constexpr double kMixMinHeavyTileShare = 0.3, kMixMaxHeavyTileShare = 0.9;
 constexpr double kTailMaxMeanRows = 320;
 // A layer's GEMM2 (fuse=scatter, weighted, biased: Fusion::linear_scatter, v41) stores its rows
 // directly and keeps no C staging, so the tail rows cost it only their MMAs: in turns against
@@ -442,6 +454,18 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
     banded.band = chosen.band == 0 ? kW4Band : 0;
     add(banded);
   }
+  // And the mixed tile order where a group can reach kMixHeavyRows (choose_spec's mix rule): each
+  // unsplit unfused 16-bit 128x256 variant above with and without it.
+  if (max_group_rows >= kMixHeavyRows && n >= kMixMinN && k <= kMixMaxK)
+    for (std::size_t i = 0, count = out.size(); i < count; ++i) {
+      KernelSpec s = out[i];
+      if (s.family != KernelFamily::hopper || s.tile != kHopperLarge.tile || s.stages != kHopperLarge.stages ||
+          s.split != SplitK::none || s.fusion.any() || s.is_weight_only_4bit() || (s.a != DType::bf16 && s.a != DType::f16) ||
+          (s.cluster_m == 2 && s.tail != 0))
+        continue;
+      s.mix = s.mix ? 0 : kMixHeavyRows;
+      add(s);
+    }
   return out;
 }
 
@@ -489,6 +513,22 @@ std::vector<int> typical_group_rows(int groups, long long rows) {
     out[i] = (int)std::min<long long>(std::min(k, hi), INT32_MAX);
   }
   return out;
+}
+
+bool mixed_order_pays(int n, int k, long long heavy_m_tiles, long long all_m_tiles) {
+  if (n < kMixMinN || k > kMixMaxK || all_m_tiles <= 0) return false;
+  const double share = (double)heavy_m_tiles / (double)all_m_tiles;
+  return share >= kMixMinHeavyTileShare && share <= kMixMaxHeavyTileShare;
+}
+
+bool mixed_order_pays(int n, int k, std::span<const int> group_rows) {
+  long long heavy = 0, all = 0;
+  for (int r : group_rows) {
+    const long long m_tiles = (std::max(r, 0) + 127LL) / 128;
+    all += m_tiles;
+    if (r >= kMixHeavyRows) heavy += m_tiles;
+  }
+  return mixed_order_pays(n, k, heavy, all);
 }
 
 bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot_groups) {
@@ -681,6 +721,12 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
         if (r > 0) odd += m_tiles_of(r, spec.tile.m, true) % 2;
       if (odd * kEvenPairShareInverse <= active) spec.cluster_n = 1, spec.cluster_m = 2;
     }
+  }
+  // The mixed order under skew (kMixHeavyRows above), from the host's counts only.
+  if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
+      spec.split == SplitK::none && !spec.fusion.any() && !(spec.cluster_m == 2 && spec.tail != 0) &&
+      !problem.group_rows_typical) {
+    if (mixed_order_pays(problem.n, problem.k, problem.group_rows)) spec.mix = kMixHeavyRows;
   }
   spec.validate();
   return spec;

@@ -26,16 +26,19 @@ struct ShapeBucket {
   // hot_groups_dominate (config.hpp): a skewed routing's hot experts at a small mean, which the
   // heuristic (and the tuner's timing) treat apart from an even routing of the same mean (text: ",hot").
   bool hot = false;
+  // mixed_order_pays (config.hpp): hot groups beside small ones at a larger mean, where the
+  // heuristic orders the tiles otherwise (text: ",mixed"; 16-bit unfused buckets only).
+  bool mixed = false;
   DType b_type = DType::bf16;  // equal to ab_type except for weight-only 4-bit (text: ",b=mxfp4")
   Fusion fusion{};      // fused calls are buckets of their own (text: ",fuse=...,act=..." appended)
   ScaleB b_scales = ScaleB::blocks;  // FP8 per-channel weight scales: their own buckets (text: ",b_scales=channels")
 
   bool operator==(const ShapeBucket&) const = default;
-  std::string to_text() const;  // "layout=contiguous,ab=bf16,c=bf16,groups=128,n=5760,k=2880,rows<=512,active<=128[,hot]"
+  std::string to_text() const;  // "layout=contiguous,ab=bf16,c=bf16,groups=128,n=5760,k=2880,rows<=512,active<=128[,hot][,mixed]"
   static std::optional<ShapeBucket> parse(std::string_view text);  // nullopt if not a bucket's text
   // Valid rows and active (non-empty) groups of one problem.
   static ShapeBucket of(GroupLayout layout, DType ab, DType c, int num_groups, int n, int k, long long rows, long long active,
-                        std::optional<DType> b = std::nullopt, bool hot = false);
+                        std::optional<DType> b = std::nullopt, bool hot = false, bool mixed = false);
 };
 
 struct ShapeBucketHash {

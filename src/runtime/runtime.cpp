@@ -162,13 +162,15 @@ HostGroups host_groups(const GroupedGemmArgs& args) {
 // the upper bound (every row, every group) when only the device holds them.
 ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
   long long rows = 0, active = 0;
-  long long rows_in_hot_groups = 0;
+  long long rows_in_hot_groups = 0, m_tiles = 0, heavy_m_tiles = 0;  // 128-row M tiles: mixed_order_pays
   if (groups.known) {
     for (int g = 0; g < args.num_groups; ++g) {
       int r = rows_of_group(args, groups.view, g);
       rows += r;
       active += r > 0;
       if (r > kHotGroupRows) rows_in_hot_groups += r;
+      m_tiles += (r + 127) / 128;
+      if (r >= kMixHeavyRows) heavy_m_tiles += (r + 127) / 128;
     }
   } else {
     rows = args.expected_rows > 0                   ? args.expected_rows
@@ -176,9 +178,12 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
                                                     : (long long)args.capacity * args.num_groups;
     active = expected_active_groups(args.num_groups, rows);
   }
+  const bool sixteen_bit_unfused = (args.ab_type == DType::bf16 || args.ab_type == DType::f16) &&
+                                   args.b_format() == args.ab_type && !args.fusion.any();
   ShapeBucket bucket =
       ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type,
-                      hot_groups_dominate(rows, active, rows_in_hot_groups));
+                      hot_groups_dominate(rows, active, rows_in_hot_groups),
+                      sixteen_bit_unfused && mixed_order_pays(args.n, args.k, heavy_m_tiles, m_tiles));
   bucket.fusion = args.fusion;
   bucket.b_scales = args.b_scale_layout;
   return bucket;
