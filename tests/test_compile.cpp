@@ -727,6 +727,10 @@ TEST_CASE("mixed tile order variants compile with HGMMA, no spills", "[compile][
                            "family=hopper,tile=128x256x64,stages=4,sched=static,layout=masked,mix=256",
                            "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,mix=256",
                            "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=static,mix=256",
+                           // what the heuristic picks under skew (v44): 2x1 / 1x2 / single, dynamic, with or without tail rows
+                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,mix=256",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,tail=24,mix=256",
+                           "family=hopper,tile=128x256x64,stages=4,sched=dynamic,tail=24,mix=256",
                            "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=static,tail=24,mix=256",
                            "family=hopper,a=f16,b=f16,c=f32,tile=128x256x64,stages=4,sched=dynamic,tail=24,mix=128",
                            "family=hopper,tile=64x128x64,stages=8,sched=dynamic,mix=256",

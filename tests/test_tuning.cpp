@@ -557,6 +557,18 @@ TEST_CASE("bf16 mixed tile order under skew where K is short and N wide (v44)", 
   CHECK_FALSE(has_mix(routing_variants(large, 7168, 2048, 128)));
   CHECK_FALSE(has_mix(routing_variants(large, 4096, 7168, 4096)));
   for (const KernelSpec& s : routing_variants(large, 7168, 2048, 4096)) CHECK_NOTHROW(s.validate());
+  // The tuner times each config with and without it there, and only there.
+  GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)skewed.size(), 7168, 2048, 24000, skewed};
+  const auto candidates = tuning_candidates(p, kHopper, 132);
+  CHECK(candidates[0].mix == 256);
+  CHECK(std::any_of(candidates.begin(), candidates.end(), [&](const KernelSpec& s) {
+    KernelSpec plain = candidates[0];
+    plain.mix = 0;
+    return s == plain;
+  }));
+  std::vector<int> even(256, 128);
+  GemmProblem random{GroupLayout::contiguous, DType::bf16, DType::bf16, 256, 7168, 2048, 32768, even};
+  CHECK_FALSE(has_mix(tuning_candidates(random, kHopper, 132)));
 }
 
 TEST_CASE("4-bit prefill: tile bands where a group's A outgrows L2 (v43)", "[tuning][heuristic]") {

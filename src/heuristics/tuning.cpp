@@ -209,16 +209,19 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
         s.cluster_n = t.cluster_n;
         s.scheduler = sched;
         if (s.family == KernelFamily::portable && (arch.sm() == 86 || arch.sm() == 89)) s.stages = 3;
-        // Each config without absorbed tail rows and, where it has them, with (tail=24: 16-bit 128x256).
-        for (int tail : {0, kHopperTailRows}) {
-          s.tail = tail;
-          try {
-            s.validate();
-          } catch (const std::exception&) {
-            continue;  // does not fit this arch's shared memory, or split=tail / tail rows where they do not apply
+        // Each config without absorbed tail rows and, where it has them, with (tail=24: 16-bit 128x256);
+        // where the heuristic mixes the tile order (skewed routing), each also with and without it.
+        for (int mix : {0, chosen.mix})
+          for (int tail : {0, kHopperTailRows}) {
+            s.tail = tail;
+            s.mix = mix;
+            try {
+              s.validate();
+            } catch (const std::exception&) {
+              continue;  // does not fit this arch's shared memory, or split=tail / tail rows / mix where they do not apply
+            }
+            if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
           }
-          if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-        }
       }
   };
   if (chosen.a == DType::e4m3 && chosen.family == KernelFamily::hopper)
