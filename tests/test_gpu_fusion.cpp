@@ -87,8 +87,10 @@ std::vector<std::string> tile_texts(KernelFamily family) {
            // absorbed tail rows (every case but the atomic ones: GEMM2 since v41, gathered GEMM1 since v42)
            "tile=128x256x64,stages=4,sched=dynamic,tail=24", "tile=128x256x64,stages=4,cluster=1x2,sched=static,tail=24",
            "tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,tail=24",
-           // the mixed tile order (v43)
-           "tile=128x256x64,stages=4,sched=dynamic,tail=24,mix=256"};
+           // the mixed tile order (v43), and on the pairs a layer's GEMMs take it on under skew (v44)
+           "tile=128x256x64,stages=4,sched=dynamic,tail=24,mix=256",
+           "tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,tail=24,mix=256",
+           "tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,mix=256"};
   else
     all = {"tile=128x128x32,stages=4,warps=2x4,sched=dynamic", "tile=64x128x32,stages=4,warps=2x4,sched=static",
            "tile=64x64x64,stages=3,warps=2x2,sched=dynamic"};

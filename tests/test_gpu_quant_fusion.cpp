@@ -163,6 +163,10 @@ TEST_CASE("quant fusion: variants under test (compiled in parallel first)", "[gp
   auto specs = quant_fused_specs();
   WARN(fmt::format("device {}: {} fused FP8 / 4-bit kernel variants under test", runtime().device_name(), specs.size()));
   compile_on_all_cores(runtime(), specs);
+  if (specs.empty() && (std::getenv("MOEJIT_TEST_TILE") || std::getenv("MOEJIT_TEST_FAMILY"))) {
+    WARN("NOT RUN: MOEJIT_TEST_TILE / MOEJIT_TEST_FAMILY leave no FP8 / 4-bit fused variant");
+    return;
+  }
   REQUIRE(!specs.empty());
 }
 

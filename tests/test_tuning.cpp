@@ -538,7 +538,11 @@ TEST_CASE("bf16 mixed tile order under skew where K is short and N wide (v44)", 
   CHECK(mix(skewed, 4096, 7168) == 0);    // DeepSeek-V3 up: K long (1.09x)
   CHECK(mix(skewed, 2048, 768) == 0);     // Qwen3 down: N narrow (1.07x)
   CHECK(mix(skewed, 2880, 2880) == 0);    // gpt-oss down
-  CHECK(mix(skewed, 7168, 2048, "fuse=scatter+weight") == 0);  // fused: not measured
+  CHECK(mix(skewed, 7168, 2048, "fuse=scatter+weight+bias") == 256);           // a layer's GEMM2: 0.96x
+  CHECK(mix(skewed, 5760, 2880, "fuse=gather+bias,act=swiglu_oai") == 256);    // its gathered GEMM1: 0.94x
+  GemmProblem atomic{GroupLayout::contiguous, DType::bf16, DType::f32, (int)skewed.size(), 7168, 2048, 24000, skewed};
+  atomic.fusion = KernelSpec::parse("fuse=scatter+weight+atomic").fusion;
+  CHECK(choose_spec(atomic, kHopper, 132).mix == 0);  // atomics: not measured
   // One class only (random routing), or nearly: the plain order.
   CHECK(mix(std::vector<int>(256, 128), 7168, 2048) == 0);
   CHECK(mix(std::vector<int>(256, 512), 7168, 2048) == 0);

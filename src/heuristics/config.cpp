@@ -50,10 +50,12 @@ constexpr int kTailRows = kHopperTailRows;
 constexpr int kTailMinShareInverse = 8;
 // The mixed tile order (mix=R, v43) where the host's counts show hot groups of R+ rows holding
 // 30-90% of the tiles beside small ones, K is short (each tile short, the small groups' tiles
-// weight-streaming) and N is wide (many weight tiles per group): unfused 16-bit 128x256. In turns
-// under skewed routing (H100, docs/results/2026-11-27-v43-mix-turns.csv): DeepSeek-V3 down 4096 /
-// 16384 (N = 7168, K = 2048) 0.958-0.965 / 0.968-0.969x the time, gpt-oss up 4096 (5760, 2880)
-// 0.953-0.960x, gpt-oss up 16384 0.996-0.997x. Not where K is long (DeepSeek-V3 up 4096, K = 7168:
+// weight-streaming) and N is wide (many weight tiles per group): 16-bit 128x256, unfused or fused
+// but for atomics. In turns under skewed routing (H100, docs/results/2026-11-27-v43-mix-turns.csv,
+// -v44-mix-rule-turns.csv, -v44-mix-fused-turns.csv): DeepSeek-V3 down 4096 / 16384 (N = 7168,
+// K = 2048) 0.958-0.968 / 0.961-0.969x the time, as a layer's GEMM2 (scatter + weight + bias)
+// 0.956-0.963 / 0.967-0.983x; gpt-oss up 4096 (5760, 2880) 0.953-0.996x, as the gathered GEMM1
+// (bias + SwiGLU) 0.936-0.939x; gpt-oss up 16384 0.993-1.002x. Not where K is long (DeepSeek-V3 up 4096, K = 7168:
 // 1.085-1.097x, the launch already DRAM-bound and the hot groups' tiles re-read once light ones
 // stream beside them), nor N narrow (Qwen3, N <= 2048: up to 1.075x; gpt-oss down, N = 2880:
 // 1.003-1.018x). Random routing leaves every group in one class, where the order is the plain one.
@@ -455,12 +457,12 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
     add(banded);
   }
   // And the mixed tile order where a group can reach kMixHeavyRows (choose_spec's mix rule): each
-  // unsplit unfused 16-bit 128x256 variant above with and without it.
+  // unsplit 16-bit 128x256 variant above (without atomics) with and without it.
   if (max_group_rows >= kMixHeavyRows && n >= kMixMinN && k <= kMixMaxK)
     for (std::size_t i = 0, count = out.size(); i < count; ++i) {
       KernelSpec s = out[i];
       if (s.family != KernelFamily::hopper || s.tile != kHopperLarge.tile || s.stages != kHopperLarge.stages ||
-          s.split != SplitK::none || s.fusion.any() || s.is_weight_only_4bit() || (s.a != DType::bf16 && s.a != DType::f16) ||
+          s.split != SplitK::none || s.fusion.atomic || s.is_weight_only_4bit() || (s.a != DType::bf16 && s.a != DType::f16) ||
           (s.cluster_m == 2 && s.tail != 0))
         continue;
       s.mix = s.mix ? 0 : kMixHeavyRows;
@@ -724,7 +726,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   }
   // The mixed order under skew (kMixHeavyRows above), from the host's counts only.
   if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
-      spec.split == SplitK::none && !spec.fusion.any() && !(spec.cluster_m == 2 && spec.tail != 0) &&
+      spec.split == SplitK::none && !spec.fusion.atomic && !(spec.cluster_m == 2 && spec.tail != 0) &&
       !problem.group_rows_typical) {
     if (mixed_order_pays(problem.n, problem.k, problem.group_rows)) spec.mix = kMixHeavyRows;
   }

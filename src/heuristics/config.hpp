@@ -53,8 +53,8 @@ bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot
 
 // The mixed tile order (mix=R) under skew (v44): whether a 16-bit launch of this N and K whose
 // groups of kMixHeavyRows+ rows hold heavy_m_tiles of its all_m_tiles 128-row M tiles takes it
-// (30-90% of the tiles, N >= 4096, K <= 3072). choose_spec applies it to unfused 128x256 launches
-// with the host's counts; shape buckets keep such launches apart (tuning.hpp).
+// (30-90% of the tiles, N >= 4096, K <= 3072). choose_spec applies it to 128x256 launches without
+// atomics, with the host's counts; shape buckets keep such launches apart (tuning.hpp).
 inline constexpr int kMixHeavyRows = 256;
 bool mixed_order_pays(int n, int k, long long heavy_m_tiles, long long all_m_tiles);
 bool mixed_order_pays(int n, int k, std::span<const int> group_rows);
