@@ -391,6 +391,29 @@ TEST_CASE("fp8: tile bands (band=N), each tile and scheduler, CTA pairs", "[gpu]
   }
 }
 
+// The mixed tile order (mix=R, v44): hot groups' tiles interleaved with small ones', both schedulers,
+// CTA pairs, masked, per-channel scales, and a gathered GLU (MixedTileCursor's seek_warp).
+TEST_CASE("fp8: mixed tile order (mix=R): hot groups beside small and empty ones", "[gpu][fp8][mix]") {
+  if (!has_sm90a()) return skip_without_sm90a("FP8");
+  std::mt19937 rng(8119);
+  const std::vector<int> rows = {1000, 3, 0, 517, 1, 40, 2100, 0, 130, 7, 383, 64, 1, 900};
+  for (const char* variant : {"tile=128x256x128,stages=4,sched=dynamic,mix=256", "tile=128x192x128,stages=4,sched=static,mix=256",
+                              "tile=128x256x128,stages=4,cluster=2x1,sched=static,mix=256",
+                              "tile=64x256x128,stages=4,sched=dynamic,layout=masked,mix=128",
+                              "tile=128x256x128,stages=4,sched=dynamic,c=f32,mix=1024"}) {
+    KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,a=e4m3,b=e4m3,{}", variant));
+    spec.arch = runtime().arch();
+    for (int launch = 0; launch < 2; ++launch) {  // twice: the dynamic counter resets itself
+      auto p = fp8_problem(spec.layout, spec.c, rows, 640, 1024, rng);
+      run_spec(spec, p, fmt::format("mix, launch {}", launch));
+    }
+  }
+  KernelSpec channels = KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,sched=dynamic,b_scales=channels,mix=256");
+  channels.arch = runtime().arch();
+  auto p = fp8_problem(channels.layout, channels.c, rows, 768, 512, rng, ScalesA::per_row, ScalesB::per_channel);
+  run_spec(channels, p, "mix, per-channel scales");
+}
+
 TEST_CASE("fp8: CTA pairs (cluster=2x1): odd M-tile counts split along N, odd N-tile counts, both scale layouts", "[gpu][fp8][pairs]") {
   if (!has_sm90a()) return skip_without_sm90a("FP8");
   std::mt19937 rng(8107);

@@ -582,6 +582,68 @@ void check_mixed_all(const std::vector<int>& rows, std::mt19937& rng) {
 
 }  // namespace
 
+// The FP8 kernel's warp-wide walk in the mixed order (v44): every lane of a host-emulated warp finds,
+// tile by tile, what the scalar seek finds, through the end.
+template <int kLayout, bool kPairs>
+void compare_mixed_walks(const std::vector<int>& rows, int n, int ctas) {
+  INFO("mixed seek_warp: groups " << rows.size() << " n " << n << " ctas " << ctas << (kPairs ? " pairs" : ""));
+  const HostGroups host(rows, n, 7);
+  const GroupedGemmParams p = host.params(kLayout == kLayoutMasked);
+  using Mixed = MixedTileCursor<kLayout, kBlockM, kBlockN, 0, 0, kPairs, 256>;
+  GroupTileCursor<kLayout, kBlockM, kBlockN, 0, 0, kPairs> plain;
+  int total = 0, heavy = 0;
+  for (TileCoord c{}; plain.seek(p, total, c); ++total) heavy += rows[c.group] >= 256 ? 1 : 0;
+  for (int c = 0; c < ctas; ++c) {
+    std::vector<int> numbers;
+    for (int t = c; t <= total + ctas; t += ctas) numbers.push_back(t);
+    Mixed scalar;
+    scalar.set_totals(heavy, total);
+    std::vector<Found> want;
+    for (int t : numbers) {
+      Found f{};
+      f.ok = scalar.seek(p, t, f.c);
+      want.push_back(f);
+      if (!f.ok) break;
+    }
+    HostWarp warp;
+    host_warp = &warp;
+    std::vector<std::vector<Found>> got(32);
+    std::vector<std::thread> lanes;
+    for (unsigned lane = 0; lane < 32; ++lane)
+      lanes.emplace_back([&, lane] {
+        threadIdx.x = lane;
+        Mixed cursor;
+        cursor.set_totals(heavy, total);
+        for (int t : numbers) {
+          Found f{};
+          f.ok = cursor.seek_warp(p, t, f.c);
+          got[lane].push_back(f);
+          if (!f.ok) break;
+        }
+      });
+    for (auto& t : lanes) t.join();
+    host_warp = nullptr;
+    for (int lane = 0; lane < 32; ++lane) {
+      INFO("cta " << c << " lane " << lane);
+      REQUIRE(got[lane] == want);
+    }
+  }
+}
+
+TEST_CASE("mixed tile order: the warp-wide walk finds what seek finds (the FP8 kernel's roles)", "[scheduler][mix]") {
+  std::mt19937 rng(29);
+  std::vector<int> skewed = {3859, 2959, 900, 600, 300, 257, 256, 255, 129, 100};
+  for (int i = 0; i < 90; ++i) skewed.push_back(i % 7 == 0 ? 0 : 1 + (int)(rng() % 90));
+  std::shuffle(skewed.begin(), skewed.end(), rng);
+  // (Each CTA's walk runs 32 host threads in lockstep: a few CTA counts keep this quick.)
+  for (int ctas : {1, 3}) {
+    compare_mixed_walks<kLayoutContiguous, false>(skewed, 640, ctas);
+    compare_mixed_walks<kLayoutMasked, false>(skewed, 640, ctas);
+    compare_mixed_walks<kLayoutContiguous, true>(skewed, 768, ctas);  // 2x1 pair units
+  }
+  compare_mixed_walks<kLayoutContiguous, false>({3, 0, 17, 100, 255, 1}, 256, 7);  // all light
+}
+
 TEST_CASE("mixed tile order: heavy and light groups' tiles interleaved in proportion, each tile once", "[scheduler][mix]") {
   std::mt19937 rng(23);
   // Skewed like bench_suite's ROUTING=skewed at 4096 tokens of DeepSeek-V3: a few hot experts, many

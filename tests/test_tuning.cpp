@@ -575,6 +575,32 @@ TEST_CASE("bf16 mixed tile order under skew where K is short and N wide (v44)", 
   CHECK_FALSE(has_mix(tuning_candidates(random, kHopper, 132)));
 }
 
+TEST_CASE("FP8 mixed tile order under skew: 30-60% of the tiles heavy, unfused (v44)", "[tuning][heuristic][fp8]") {
+  auto mix = [](const std::vector<int>& rows, int n, int k, const char* fuse = "") {
+    long long total = 0;
+    for (int r : rows) total += r;
+    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, (int)rows.size(), n, k, total, rows};
+    if (*fuse) p.fusion = KernelSpec::parse(fuse).fusion;
+    return choose_spec(p, kHopper, 132).mix;
+  };
+  std::vector<int> skewed(20, 800);  // 140 of 340 M tiles heavy (41%)
+  skewed.resize(220, 40);
+  CHECK(mix(skewed, 7168, 2048) == 256);  // DeepSeek-V3 down 4096: 0.90x
+  CHECK(mix(skewed, 5760, 2880) == 256);  // gpt-oss up 4096: 0.93x
+  CHECK(mix(skewed, 4096, 7168) == 0);    // K long
+  CHECK(mix(skewed, 7168, 2048, "fuse=scatter+weight") == 0);  // fused: not measured
+  std::vector<int> mostly_heavy(40, 1200);  // 400 of 440 M tiles heavy (91% > 60%): gpt-oss up 16384 took 1.04x
+  mostly_heavy.resize(80, 40);
+  CHECK(mix(mostly_heavy, 5760, 2880) == 0);
+  CHECK(mix(std::vector<int>(256, 128), 7168, 2048) == 0);  // random routing
+  CHECK_FALSE(mixed_order_pays(7168, 2048, 300, 440, true));  // 68%: FP8 stops at 60%
+  CHECK(mixed_order_pays(7168, 2048, 300, 440));               // 16-bit takes it to 90%
+  KernelSpec fp8 = KernelSpec::parse("family=hopper,arch=sm_90a,a=e4m3,b=e4m3,tile=128x256x128,stages=4,sched=dynamic");
+  auto variants = routing_variants(fp8, 7168, 2048, 4096);
+  CHECK(std::any_of(variants.begin(), variants.end(), [](const KernelSpec& s) { return s.mix == 256; }));
+  for (const KernelSpec& s : variants) CHECK_NOTHROW(s.validate());
+}
+
 TEST_CASE("4-bit prefill: tile bands where a group's A outgrows L2 (v43)", "[tuning][heuristic]") {
   auto band = [](const std::vector<int>& rows, int n, int k, DType b, const char* fuse = "") {
     long long total = 0;

@@ -56,7 +56,7 @@ enum class SplitK { none, tail };
 // tile's own B stages), instead of a tile of its own that would load the whole B tile for a few rows
 // (docs/perf.md v40). The stages then hold t more A rows and the C staging one chunk per consumer.
 // 0 or 24; printed as ",tail=t" when not 0.
-// Mixed tile order (Hopper bf16/f16, no split, not 2x1 pairs with tail rows): mix = R interleaves the tiles of groups of at least R
+// Mixed tile order (Hopper bf16/f16/e4m3, no split, not 2x1 pairs with tail rows): mix = R interleaves the tiles of groups of at least R
 // rows with the others' in proportion to their counts, instead of group by group, so that under
 // skewed routing the hot experts' compute-bound tiles run beside the other experts' DRAM-bound ones
 // rather than in rounds of their own (kernel_templates/moejit/common/scheduler.cuh, MixedTileCursor;
@@ -123,7 +123,7 @@ struct KernelSpec {
   SplitK split = SplitK::none;       // hopper bf16/f16/e4m3, unfused, cluster 1x1 only
   int band = 0;                      // hopper only: M tiles per band of the tile order (0 = off)
   int tail = 0;                      // hopper 16-bit only: rows a group's last 128-row tile absorbs (0 or 24)
-  int mix = 0;                       // hopper 16-bit only: row bound of the mixed tile order's heavy groups (0 = off)
+  int mix = 0;                       // hopper 16-bit or FP8: row bound of the mixed tile order's heavy groups (0 = off)
 
   std::string to_text() const;
   static KernelSpec parse(std::string_view text);  // throws SpecError

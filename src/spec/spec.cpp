@@ -435,9 +435,10 @@ void KernelSpec::validate() const {
   if (mix != 0) {
     if (mix < 0 || mix % 64 != 0 || mix > 4032)
       fail("mix={} (row bound of the mixed tile order's heavy groups: 0 = off, or a multiple of 64 up to 4032)", mix);
-    if (!(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16) && b == a && split == SplitK::none))
-      fail("mix={} needs family=hopper, a=b=bf16|f16 and split=none (the mixed tile order is built for the 16-bit "
-           "Hopper kernel)",
+    if (!(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16 || a == DType::e4m3) && b == a &&
+          split == SplitK::none))
+      fail("mix={} needs family=hopper, a=b=bf16|f16|e4m3 and split=none (the mixed tile order is built for the "
+           "16-bit and FP8 Hopper kernels)",
            mix);
     // The two cursors' state beside 2x1 pairs' tail rows spilled 8 bytes (ptxas, static scheduler).
     if (cluster_m == 2 && tail != 0) fail("mix={} with cluster=2x1 and tail={} (its consumers spill: not built)", mix, tail);

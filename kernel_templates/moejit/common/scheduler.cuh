@@ -252,10 +252,25 @@ struct MixedTileCursor {
 
   __device__ __forceinline__ bool seek(const GroupedGemmParams& p, int tile, TileCoord& out) {
     if (tile >= tiles_before) return false;
-    // h = floor(tile H / T); the tile is heavy when the remainder r gives floor((tile + 1) H / T) > h,
-    // i.e. r + H >= T. One 32-bit division up to 65535 tiles (tile H < 2^32), 64-bit beyond.
     int h;
     bool is_heavy;
+    split(tile, h, is_heavy);
+    return is_heavy ? heavy.seek(p, h, out) : light.seek(p, tile - h, out);
+  }
+
+  // seek() for a whole warp asking for the same tile (the FP8 kernel's roles: GroupTileCursor::seek_warp).
+  __device__ __forceinline__ bool seek_warp(const GroupedGemmParams& p, int tile, TileCoord& out) {
+    if (tile >= tiles_before) return false;
+    int h;
+    bool is_heavy;
+    split(tile, h, is_heavy);
+    return is_heavy ? heavy.seek_warp(p, h, out) : light.seek_warp(p, tile - h, out);
+  }
+
+ private:
+  // h = floor(tile H / T); the tile is heavy when the remainder r gives floor((tile + 1) H / T) > h,
+  // i.e. r + H >= T. One 32-bit division up to 65535 tiles (tile H < 2^32), 64-bit beyond.
+  __device__ __forceinline__ void split(int tile, int& h, bool& is_heavy) const {
     if (tiles_before <= 65535) {
       const unsigned x = (unsigned)tile * (unsigned)heavy_tiles, q = x / (unsigned)tiles_before;
       h = (int)q;
@@ -265,9 +280,9 @@ struct MixedTileCursor {
       h = (int)q;
       is_heavy = x - q * tiles_before + heavy_tiles >= tiles_before;
     }
-    return is_heavy ? heavy.seek(p, h, out) : light.seek(p, tile - h, out);
   }
 };
+
 
 // The kernels' cursor type: GroupTileCursor, or MixedTileCursor where the spec mixes the tile order.
 template <int kLayout, int kBlockM, int kBlockN, int kTailRows, int kBand, bool kPairs, int kMixRows = MOEJIT_TILE_MIX_ROWS,

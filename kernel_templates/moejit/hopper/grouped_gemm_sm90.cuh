@@ -95,12 +95,6 @@ __host__ __device__ constexpr int smem_bytes() {
 // (GroupTileCursor's kTailRows), loaded by tma_tail (kTailRows-row boxes; gathered: as the tile's
 // rows, GatherTailRowsSm90) into the stage after the tile's 128 rows and multiplied with the roles
 // swapped on the consumer's B slice (hopper/tail_rows.cuh) in a k-loop of its own.
-// The mixed tile order's two stream sizes (MixedTileCursor), once per CTA: warp 1 writes them
-// before the kernel's first barrier, every role reads them after.
-__device__ __forceinline__ int* mixed_order_totals() {
-  __shared__ int totals[2];
-  return totals;
-}
 
 template <int kBlockM, int kBlockN, int kStages, int kTypeAB, int kTypeC, int kLayout, int kScheduler,
           int kClusterN, class Fuse, int kClusterM = 1, bool kSplitTail = false, int kTailRows = 0>

@@ -17,4 +17,11 @@ __device__ __forceinline__ unsigned ld_shared_u32(unsigned addr) {
   return value;
 }
 
+// The mixed tile order's two stream sizes (MixedTileCursor, common/scheduler.cuh), once per CTA:
+// one warp writes them before the kernel's first barrier, every role reads them after.
+__device__ __forceinline__ int* mixed_order_totals() {
+  __shared__ int totals[2];
+  return totals;
+}
+
 }  // namespace moejit::hopper

@@ -246,6 +246,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   auto uniform = [](auto value) { return kUniformHints ? __shfl_sync(0xffffffffu, value, 0) : value; };
 
   // Layout: [A stages][B stages][C staging, if kStaged][scale stages][full bars][empty bars][tile ring]
+  // [mix=R: the mixed order's two stream sizes] (in the barrier bytes: a static __shared__ array
+  // would round the static part up to the 1024-byte alignment, past the 227 KB)
   // The base is 1024-byte aligned (declared; DeepGEMM relies on the same), and the layout leaves no
   // slack for rounding it up: a base off that alignment stops the kernel rather than overrun.
   extern __shared__ __align__(1024) unsigned char moejit_smem[];
@@ -259,7 +261,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   const unsigned full_bars = scale_stages + kStages * kScaleStageBytes;
   const unsigned empty_bars = full_bars + 8 * kStages;
   TileRing<> ring(empty_bars + 8 * kStages);
-  static_assert(16 * kStages + TileRing<>::kBytes <= kFp8BarrierBytes, "barriers and tile ring past their bytes");
+  static_assert(16 * kStages + TileRing<>::kBytes + 8 <= kFp8BarrierBytes, "barriers, tile ring and mix totals past their bytes");
+  int* const mix_totals = reinterpret_cast<int*>(moejit_smem + (empty_bars + 8 * kStages + TileRing<>::kBytes - smem_base));
   // The scales as generic pointers, so that the consumers' reads are ordinary loads ordered after
   // the full barrier's wait (an asm with a memory clobber).
   const float* const scale_smem = reinterpret_cast<const float*>(moejit_smem + (scale_stages - smem_base));
@@ -278,6 +281,16 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     }
     if constexpr (kDynamic) ring.init(kConsumerWarps + (Fuse::gather ? 3 : 0));  // + producer warps 1-3 when they gather
     mbarrier_init_fence();
+  }
+  // mix=R: MixedTileCursor, whose two streams warp 1 sizes here while thread 0 sets up the barriers.
+  using Cursor = typename TileCursorFor<kLayout, kBlockM, kBlockN, 0, MOEJIT_TILE_BAND, kPairM>::type;  // pairs: units
+  constexpr bool kMixed = MOEJIT_TILE_MIX_ROWS > 0;
+  if constexpr (kMixed) {
+    if (threadIdx.x / 32 == 1) {
+      int heavy, total;
+      Cursor::All::count_tiles(p, MOEJIT_TILE_MIX_ROWS, heavy, total);
+      if (threadIdx.x == 32) mix_totals[0] = heavy, mix_totals[1] = total;
+    }
   }
   if constexpr (kPairM) {
     cluster_sync();  // the peer's barriers are initialized before anything arrives on them
@@ -311,7 +324,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     return kTwoScaleBlocks && second && n0 + (128 - n0 % 128) < p.n ? first + k_blocks : first;
   };
   const int warpgroup = uniform((int)(threadIdx.x / 128));
-  GroupTileCursor<kLayout, kBlockM, kBlockN, 0, MOEJIT_TILE_BAND, kPairM> cursor;  // pairs: units (pair_unit_tile)
+  Cursor cursor;  // pairs: units (pair_unit_tile)
+  if constexpr (kMixed) cursor.set_totals(mix_totals[0], mix_totals[1]);
   const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
   TileCoord tile;
   // Paired: a unit's B tile (hopper/fused_epilogue.cuh; the B map's box is a half, kBlockN / 2 rows).
