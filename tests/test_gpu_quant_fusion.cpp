@@ -91,7 +91,9 @@ std::vector<Family> families() {
                           "tile=128x192x128,stages=4", "tile=128x192x128,stages=5", "tile=128x256x128,stages=4",
                           "tile=128x256x128,stages=4,cluster=2x1,sched=static", "tile=128x192x128,stages=4,cluster=2x1,sched=static",
                           // 4-bit prefill tiles banded (v43: the heuristic's where a group's A outgrows L2)
-                          "tile=128x128x64,stages=8,band=2", "tile=256x128x64,stages=4,band=2"})
+                          "tile=128x128x64,stages=8,band=2", "tile=256x128x64,stages=4,band=2",
+                          // FP8 in the mixed tile order (v44: a skewed layer's GEMMs; 128 rows splits these tests' groups)
+                          "tile=128x256x128,stages=4,sched=dynamic,mix=128", "tile=128x256x128,stages=4,cluster=2x1,sched=static,mix=128"})
       out.push_back({KernelFamily::hopper, t});
   // MOEJIT_TEST_TILE=TEXT: only the tiles whose text contains TEXT (e.g. "band=2"), as in test_gpu_fusion.cpp.
   if (const char* only = std::getenv("MOEJIT_TEST_TILE"))
@@ -297,7 +299,9 @@ TEST_CASE("quant fusion: FP8 C quantized to E4M3 (c=e4m3), Hopper", "[gpu][fusio
           "tile=64x256x128,stages=4,sched=static,fuse=weight,act=swiglu_oai,glu=interleaved",
           // CTA pairs sharing B (v38: a long FP8 layer's GEMM1, DeepSeek-V3 at 16384 tokens)
           "tile=128x256x128,stages=4,cluster=2x1,sched=static,fuse=gather+bias,act=swiglu,glu=split",
-          "tile=128x256x128,stages=4,cluster=2x1,sched=static,fuse=none,act=swiglu,glu=split"}) {
+          "tile=128x256x128,stages=4,cluster=2x1,sched=static,fuse=none,act=swiglu,glu=split",
+          // the mixed tile order (v44: a skewed FP8 layer's GEMM1)
+          "tile=128x256x128,stages=4,sched=dynamic,fuse=none,act=swiglu,glu=split,mix=128"}) {
       KernelSpec s = KernelSpec::parse(fmt::format("family=hopper,arch={},layout={},a=e4m3,b=e4m3,c=e4m3,{}", arch.to_text(), layout, variant));
       s.validate();
       specs.push_back(s);

@@ -63,10 +63,13 @@ constexpr int kMixMinN = 4096;
 constexpr int kMixMaxK = 3072;
 constexpr double kMixMinHeavyTileShare = 0.3, kMixMaxHeavyTileShare = 0.9;
 // FP8 (v44, the FP8 kernel's cursor walks MixedTileCursor warp-wide): in turns under skew, two
-// processes (docs/results/2026-11-27-v44-fp8-mix-turns.csv), DeepSeek-V3 down 4096 0.895-0.899x the
-// time, gpt-oss up 4096 0.931-0.933x (both 45-46% of the tiles heavy); at 82% DeepSeek-V3 down 16384
-// 0.930-0.935x but gpt-oss up 16384 1.040-1.046x (both static 128x256): FP8 stops at 60%. Not
-// measured fused. Elsewhere as the 16-bit rule found (Qwen3 1.00-1.035x, DeepSeek-V3 up 1.00-1.01x).
+// processes (docs/results/2026-11-27-v44-fp8-mix-turns.csv, -fp8-mix-fused-turns.csv), unfused
+// DeepSeek-V3 down 4096 0.895-0.899x the time, gpt-oss up 4096 0.931-0.933x (45-46% of the tiles
+// heavy); at 82% DeepSeek-V3 down 16384 0.930-0.935x but gpt-oss up 16384 1.040-1.046x (both static
+// 128x256), so unfused FP8 stops at 60%. Fused, a layer's GEMM2 (scatter + weight) DeepSeek-V3 down
+// 4096 / 16384 0.877-0.886 / 0.856-0.873x, the gathered GEMM1 (bias + SwiGLU) gpt-oss up 4096 / 16384
+// 0.944-0.953 / 0.997-0.998x: the 16-bit bound. Elsewhere as the 16-bit rule found (Qwen3
+// 1.00-1.035x, DeepSeek-V3 up 1.00-1.01x unfused; gpt-oss down, N = 2880, 0.97-1.05x).
 constexpr double kMixMaxHeavyTileShareFp8 = 0.6;
 constexpr double kTailMaxMeanRows = 320;
 // A layer's GEMM2 (fuse=scatter, weighted, biased: Fusion::linear_scatter, v41) stores its rows
@@ -463,14 +466,14 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
     add(banded);
   }
   // And the mixed tile order where a group can reach kMixHeavyRows (choose_spec's mix rules): each
-  // unsplit 16-bit 128x256 variant above (without atomics), or unfused FP8 128-row one, with and without it.
+  // unsplit 16-bit 128x256 variant above (without atomics), or FP8 128-row one, with and without it.
   if (max_group_rows >= kMixHeavyRows && n >= kMixMinN && k <= kMixMaxK)
     for (std::size_t i = 0, count = out.size(); i < count; ++i) {
       KernelSpec s = out[i];
       const bool sixteen_bit = (s.a == DType::bf16 || s.a == DType::f16) && !s.is_weight_only_4bit() &&
                                s.tile == kHopperLarge.tile && s.stages == kHopperLarge.stages && !s.fusion.atomic &&
                                !(s.cluster_m == 2 && s.tail != 0);
-      const bool fp8 = s.a == DType::e4m3 && s.tile.m == 128 && !s.fusion.any();
+      const bool fp8 = s.a == DType::e4m3 && s.tile.m == 128;
       if (s.family != KernelFamily::hopper || s.split != SplitK::none || !(sixteen_bit || fp8)) continue;
       s.mix = s.mix ? 0 : kMixHeavyRows;
       add(s);
@@ -524,20 +527,20 @@ std::vector<int> typical_group_rows(int groups, long long rows) {
   return out;
 }
 
-bool mixed_order_pays(int n, int k, long long heavy_m_tiles, long long all_m_tiles, bool fp8) {
+bool mixed_order_pays(int n, int k, long long heavy_m_tiles, long long all_m_tiles, bool unfused_fp8) {
   if (n < kMixMinN || k > kMixMaxK || all_m_tiles <= 0) return false;
   const double share = (double)heavy_m_tiles / (double)all_m_tiles;
-  return share >= kMixMinHeavyTileShare && share <= (fp8 ? kMixMaxHeavyTileShareFp8 : kMixMaxHeavyTileShare);
+  return share >= kMixMinHeavyTileShare && share <= (unfused_fp8 ? kMixMaxHeavyTileShareFp8 : kMixMaxHeavyTileShare);
 }
 
-bool mixed_order_pays(int n, int k, std::span<const int> group_rows, bool fp8) {
+bool mixed_order_pays(int n, int k, std::span<const int> group_rows, bool unfused_fp8) {
   long long heavy = 0, all = 0;
   for (int r : group_rows) {
     const long long m_tiles = (std::max(r, 0) + 127LL) / 128;
     all += m_tiles;
     if (r >= kMixHeavyRows) heavy += m_tiles;
   }
-  return mixed_order_pays(n, k, heavy, all, fp8);
+  return mixed_order_pays(n, k, heavy, all, unfused_fp8);
 }
 
 bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot_groups) {
@@ -657,9 +660,9 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       spec.cluster_m = 2;
     }
     spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
-    // The mixed order under skew, unfused 128-row tiles (kMixMaxHeavyTileShareFp8 above).
-    if (spec.tile.m == 128 && spec.split == SplitK::none && !spec.fusion.any() && !problem.group_rows_typical &&
-        mixed_order_pays(problem.n, problem.k, problem.group_rows, true))
+    // The mixed order under skew, 128-row tiles (kMixMaxHeavyTileShareFp8 above).
+    if (spec.tile.m == 128 && spec.split == SplitK::none && !problem.group_rows_typical &&
+        mixed_order_pays(problem.n, problem.k, problem.group_rows, !spec.fusion.any()))
       spec.mix = kMixHeavyRows;
     spec.validate();
     return spec;

@@ -52,13 +52,13 @@ bool hot_groups_dominate(std::span<const int> group_rows);
 bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot_groups);
 
 // The mixed tile order (mix=R) under skew (v44): whether a launch of this N and K whose groups of
-// kMixHeavyRows+ rows hold heavy_m_tiles of its all_m_tiles 128-row M tiles takes it (16-bit: 30-90%
-// of the tiles, FP8 (`fp8`): 30-60%; N >= 4096, K <= 3072). choose_spec applies it, with the host's
-// counts, to 16-bit 128x256 launches without atomics and to unfused FP8 128-row ones; shape
-// buckets keep such launches apart (tuning.hpp).
+// kMixHeavyRows+ rows hold heavy_m_tiles of its all_m_tiles 128-row M tiles takes it (30-90% of the
+// tiles, 30-60% for an unfused FP8 launch (`unfused_fp8`); N >= 4096, K <= 3072). choose_spec
+// applies it, with the host's counts, to 16-bit 128x256 launches without atomics and to FP8 128-row
+// ones; shape buckets keep such launches apart (tuning.hpp).
 inline constexpr int kMixHeavyRows = 256;
-bool mixed_order_pays(int n, int k, long long heavy_m_tiles, long long all_m_tiles, bool fp8 = false);
-bool mixed_order_pays(int n, int k, std::span<const int> group_rows, bool fp8 = false);
+bool mixed_order_pays(int n, int k, long long heavy_m_tiles, long long all_m_tiles, bool unfused_fp8 = false);
+bool mixed_order_pays(int n, int k, std::span<const int> group_rows, bool unfused_fp8 = false);
 
 // Rows a group's last whole 128-row tile absorbs where the heuristic or the tuner takes tail rows
 // (KernelSpec::tail; kernel_templates/moejit/hopper/tail_rows.cuh).

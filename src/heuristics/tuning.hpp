@@ -27,7 +27,7 @@ struct ShapeBucket {
   // heuristic (and the tuner's timing) treat apart from an even routing of the same mean (text: ",hot").
   bool hot = false;
   // mixed_order_pays (config.hpp): hot groups beside small ones at a larger mean, where the
-  // heuristic orders the tiles otherwise (text: ",mixed"; 16-bit buckets without atomics, unfused FP8 ones).
+  // heuristic orders the tiles otherwise (text: ",mixed"; 16-bit and FP8 buckets without atomics).
   bool mixed = false;
   DType b_type = DType::bf16;  // equal to ab_type except for weight-only 4-bit (text: ",b=mxfp4")
   Fusion fusion{};      // fused calls are buckets of their own (text: ",fuse=...,act=..." appended)

@@ -179,11 +179,11 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
     active = expected_active_groups(args.num_groups, rows);
   }
   const bool fp8 = args.ab_type == DType::e4m3;
-  const bool mixable = args.b_format() == args.ab_type && (fp8 ? !args.fusion.any() : !args.fusion.atomic);
+  const bool mixable = args.b_format() == args.ab_type && !args.fusion.atomic;
   ShapeBucket bucket =
       ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type,
                       hot_groups_dominate(rows, active, rows_in_hot_groups),
-                      mixable && mixed_order_pays(args.n, args.k, heavy_m_tiles, m_tiles, fp8));
+                      mixable && mixed_order_pays(args.n, args.k, heavy_m_tiles, m_tiles, fp8 && !args.fusion.any()));
   bucket.fusion = args.fusion;
   bucket.b_scales = args.b_scale_layout;
   return bucket;
