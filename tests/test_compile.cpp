@@ -749,7 +749,9 @@ TEST_CASE("mixed tile order variants compile with HGMMA, no spills", "[compile][
                            "family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=4,sched=static,mix=256",
                            "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1,sched=static,mix=256",
                            "family=hopper,a=e4m3,b=e4m3,tile=64x256x128,stages=4,sched=dynamic,layout=masked,mix=128",
-                           "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,sched=static,fuse=scatter+weight,mix=256"}) {
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,sched=static,fuse=scatter+weight,mix=256",
+                           "family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4,sched=dynamic,act=swiglu,glu=split,mix=256",
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1,sched=static,fuse=gather+bias,act=swiglu_oai,mix=256"}) {
     KernelSpec s = KernelSpec::parse(text);
     s.arch = Arch{9, 0, true};
     fp8.push_back(s);
