@@ -254,9 +254,11 @@ struct Found {
   }
 };
 
-template <int kLayout, int kM, int kN, int kBand = 0, bool kPairs = false>
-void compare_walks(const GroupedGemmParams& p, const std::vector<int>& numbers) {
-  GroupTileCursor<kLayout, kM, kN, 0, kBand, kPairs> scalar;
+// Any cursor type: `setup` prepares each cursor before its first seek (MixedTileCursor's totals).
+template <class Cursor, class Setup>
+void compare_walks_of(const GroupedGemmParams& p, const std::vector<int>& numbers, Setup setup) {
+  Cursor scalar;
+  setup(scalar);
   std::vector<Found> want;
   for (int t : numbers) {
     Found f{};
@@ -272,7 +274,8 @@ void compare_walks(const GroupedGemmParams& p, const std::vector<int>& numbers) 
   for (unsigned lane = 0; lane < 32; ++lane)
     lanes.emplace_back([&, lane] {
       threadIdx.x = lane;
-      GroupTileCursor<kLayout, kM, kN, 0, kBand, kPairs> cursor;
+      Cursor cursor;
+      setup(cursor);
       for (int t : numbers) {
         Found f{};
         f.ok = cursor.seek_warp(p, t, f.c);
@@ -288,6 +291,11 @@ void compare_walks(const GroupedGemmParams& p, const std::vector<int>& numbers) 
     REQUIRE(got[lane] == want);
     if (!want.back().ok) REQUIRE(totals[lane] == scalar.tiles_before);
   }
+}
+
+template <int kLayout, int kM, int kN, int kBand = 0, bool kPairs = false>
+void compare_walks(const GroupedGemmParams& p, const std::vector<int>& numbers) {
+  compare_walks_of<GroupTileCursor<kLayout, kM, kN, 0, kBand, kPairs>>(p, numbers, [](auto&) {});
 }
 
 template <int kM, int kN>
@@ -596,37 +604,8 @@ void compare_mixed_walks(const std::vector<int>& rows, int n, int ctas) {
   for (int c = 0; c < ctas; ++c) {
     std::vector<int> numbers;
     for (int t = c; t <= total + ctas; t += ctas) numbers.push_back(t);
-    Mixed scalar;
-    scalar.set_totals(heavy, total);
-    std::vector<Found> want;
-    for (int t : numbers) {
-      Found f{};
-      f.ok = scalar.seek(p, t, f.c);
-      want.push_back(f);
-      if (!f.ok) break;
-    }
-    HostWarp warp;
-    host_warp = &warp;
-    std::vector<std::vector<Found>> got(32);
-    std::vector<std::thread> lanes;
-    for (unsigned lane = 0; lane < 32; ++lane)
-      lanes.emplace_back([&, lane] {
-        threadIdx.x = lane;
-        Mixed cursor;
-        cursor.set_totals(heavy, total);
-        for (int t : numbers) {
-          Found f{};
-          f.ok = cursor.seek_warp(p, t, f.c);
-          got[lane].push_back(f);
-          if (!f.ok) break;
-        }
-      });
-    for (auto& t : lanes) t.join();
-    host_warp = nullptr;
-    for (int lane = 0; lane < 32; ++lane) {
-      INFO("cta " << c << " lane " << lane);
-      REQUIRE(got[lane] == want);
-    }
+    INFO("cta " << c);
+    compare_walks_of<Mixed>(p, numbers, [&](Mixed& cursor) { cursor.set_totals(heavy, total); });
   }
 }
 
