@@ -131,6 +131,13 @@ long long count_tiles(const KernelSpec& spec, const GroupedGemmArgs& args, const
   return (rows / spec.tile.m + args.num_groups) * n_tiles;  // upper bound
 }
 
+// The valid rows the choice assumes where only the device holds the groups: the caller's
+// expected_rows, else the layout's upper bound.
+long long rows_without_groups(const GroupedGemmArgs& args) {
+  if (args.expected_rows > 0) return args.expected_rows;
+  return args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
+}
+
 // Host copy of the group description: the caller's (no copy), downloaded, or none (trusted
 // device data).
 struct HostGroups {
@@ -158,8 +165,8 @@ HostGroups host_groups(const GroupedGemmArgs& args) {
   return out;
 }
 
-// The shape bucket of a call: valid rows and non-empty groups counted from the host copy, or
-// the upper bound (every row, every group) when only the device holds them.
+// The shape bucket of a call: valid rows and non-empty groups counted from the host copy, or,
+// when only the device holds them, rows_without_groups over the groups they are expected to fill.
 ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
   long long rows = 0, active = 0;
   long long rows_in_hot_groups = 0, m_tiles = 0, heavy_m_tiles = 0;  // 128-row M tiles: mixed_order_pays
@@ -173,9 +180,7 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
       if (r >= kMixHeavyRows) heavy_m_tiles += (r + 127) / 128;
     }
   } else {
-    rows = args.expected_rows > 0                   ? args.expected_rows
-           : args.layout == GroupLayout::contiguous ? args.total_rows
-                                                    : (long long)args.capacity * args.num_groups;
+    rows = rows_without_groups(args);
     active = expected_active_groups(args.num_groups, rows);
   }
   const bool fp8 = args.ab_type == DType::e4m3;
@@ -468,8 +473,7 @@ GemmProblem problem_of(const GroupedGemmArgs& args, const HostGroups& groups, st
   problem.k = args.k;
   problem.fusion = args.fusion;
   problem.b_scales = args.b_scale_layout;
-  problem.total_rows = args.layout == GroupLayout::contiguous ? args.total_rows : (long long)args.capacity * args.num_groups;
-  if (!groups.known && args.expected_rows > 0) problem.total_rows = args.expected_rows;
+  problem.total_rows = rows_without_groups(args);  // the groups' own sizes below, where known
   if (groups.known) {
     rows.resize(args.num_groups);
     for (int g = 0; g < args.num_groups; ++g) rows[g] = rows_of_group(args, groups.view, g);
