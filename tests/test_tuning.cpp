@@ -136,10 +136,16 @@ TEST_CASE("shape buckets: rounding, text round trip, rejects other text", "[tuni
   CHECK(both.to_text().ends_with(",hot,mixed"));
   CHECK(ShapeBucket::parse(both.to_text()) == both);
   CHECK_FALSE(ShapeBucket::parse("layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,mixed,hot"));
-  CHECK(mixed_order_pays(7168, 2048, 140, 340));
-  CHECK_FALSE(mixed_order_pays(7168, 2048, 0, 340));    // random routing: no hot group
-  CHECK_FALSE(mixed_order_pays(7168, 2048, 340, 340));  // every group hot
-  CHECK_FALSE(mixed_order_pays(4096, 7168, 140, 340));  // K long
+  // 20 groups of 7 M tiles beside 200 of 1 (41% heavy), and the like.
+  CHECK(mixed_order_pays(7168, 2048, MixClasses{140, 200, 20, 200}));
+  CHECK_FALSE(mixed_order_pays(7168, 2048, MixClasses{0, 340, 0, 256}));    // random routing: no hot group
+  CHECK_FALSE(mixed_order_pays(7168, 2048, MixClasses{340, 0, 100, 0}));    // every group hot
+  CHECK_FALSE(mixed_order_pays(4096, 7168, MixClasses{140, 200, 20, 200}));  // K long
+  // An even routing around 256 rows: the classes hold 3 and 2 M tiles a group, no skew.
+  CHECK_FALSE(mixed_order_pays(7168, 2048, MixClasses{384, 256, 128, 128}));
+  std::vector<int> around_256(256);
+  for (int g = 0; g < 256; ++g) around_256[g] = 230 + (g * 37) % 53;  // 230-282 rows
+  CHECK_FALSE(mixed_order_pays(7168, 2048, around_256));
   CHECK(hot_groups_dominate(std::vector<int>{972, 739, 557, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10,
                                              10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10}));
   CHECK_FALSE(hot_groups_dominate(std::vector<int>(256, 32)));   // even routing at 1024 tokens
@@ -549,9 +555,22 @@ TEST_CASE("bf16 mixed tile order under skew where K is short and N wide (v44)", 
   std::vector<int> mostly_light(2, 800);
   mostly_light.resize(220, 40);  // 14 of 232 tiles heavy
   CHECK(mix(mostly_light, 7168, 2048) == 0);
-  // Without host counts the routing is taken as random: no mix.
+  // Without host counts the routing is taken as random: no mix; with the caller's expected group
+  // sizes (GroupedGemmArgs::expected_group_rows) the skew shows again.
   GemmProblem unknown{GroupLayout::contiguous, DType::bf16, DType::bf16, 220, 7168, 2048, 24000, {}};
   CHECK(choose_spec(unknown, kHopper, 132).mix == 0);
+  RuntimeOptions options;
+  options.offline_sm_count = 132;
+  auto rt = Runtime::offline(kHopper, options);
+  GroupedGemmArgs captured;
+  captured.num_groups = (int)skewed.size(), captured.n = 7168, captured.k = 2048, captured.total_rows = 40000;
+  captured.trust_device_groups = true;
+  captured.expected_rows = 24000;
+  CHECK(rt->choose_spec(captured).mix == 0);
+  captured.expected_group_rows = skewed;
+  const KernelSpec from_loads = rt->choose_spec(captured);
+  CHECK(from_loads.mix == 256);
+  CHECK(from_loads.split == SplitK::none);
   // Prewarm builds the twin where one group can reach 256 rows.
   KernelSpec large = KernelSpec::parse("family=hopper,arch=sm_90a,tile=128x256x64,stages=4,sched=dynamic");
   auto has_mix = [](const std::vector<KernelSpec>& list) {
@@ -594,8 +613,8 @@ TEST_CASE("FP8 mixed tile order under skew: 30-90% of the tiles heavy, 60% unfus
   CHECK(mix(mostly_heavy, 5760, 2880) == 0);  // unfused past 60%: gpt-oss up 16384 took 1.04x
   CHECK(mix(mostly_heavy, 7168, 2048, "fuse=scatter+weight") == 256);  // GEMM2 DeepSeek-V3 down 16384: 0.86x
   CHECK(mix(std::vector<int>(256, 128), 7168, 2048) == 0);  // random routing
-  CHECK_FALSE(mixed_order_pays(7168, 2048, 300, 440, true));  // 68%: FP8 stops at 60%
-  CHECK(mixed_order_pays(7168, 2048, 300, 440));               // 16-bit takes it to 90%
+  CHECK_FALSE(mixed_order_pays(7168, 2048, MixClasses{300, 140, 30, 140}, true));  // 68%: unfused FP8 stops at 60%
+  CHECK(mixed_order_pays(7168, 2048, MixClasses{300, 140, 30, 140}));               // 16-bit takes it to 90%
   KernelSpec fp8 = KernelSpec::parse("family=hopper,arch=sm_90a,a=e4m3,b=e4m3,tile=128x256x128,stages=4,sched=dynamic");
   auto variants = routing_variants(fp8, 7168, 2048, 4096);
   CHECK(std::any_of(variants.begin(), variants.end(), [](const KernelSpec& s) { return s.mix == 256; }));

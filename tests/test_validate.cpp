@@ -170,6 +170,18 @@ TEST_CASE("public entry points name every bad argument (table)", "[validate]") {
        [](auto& a) { a.layout = GroupLayout::masked; a.group_counts = a.group_offsets; a.capacity = 1 << 30; },
        "capacity × num_groups"},
       {"expected_rows negative", [](auto& a) { a.expected_rows = -1; }, "expected_rows=-1 (expected 0, or 1..100"},
+      {"expected_group_rows, too few", [](auto& a) { static const int r[3] = {1, 2, 3}; a.expected_group_rows = r; },
+       "expected_group_rows has 3 entries (expected num_groups = 4 row counts)"},
+      {"expected_group_rows, negative", [](auto& a) { static const int r[4] = {1, -2, 3, 4}; a.expected_group_rows = r; },
+       "expected_group_rows[1]=-2 (expected 0..100)"},
+      {"expected_group_rows, past total_rows", [](auto& a) { static const int r[4] = {50, 50, 1, 0}; a.expected_group_rows = r; },
+       "expected_group_rows sum to 101 rows, past the 100 the layout holds"},
+      {"masked, expected_group_rows past the capacity",
+       [](auto& a) {
+         static const int r[4] = {1, 9, 0, 0};
+         a.layout = GroupLayout::masked, a.group_counts = a.group_offsets, a.capacity = 8, a.expected_group_rows = r;
+       },
+       "expected_group_rows[1]=9 (expected 0..8)"},
       {"expected_rows past total_rows", [](auto& a) { a.expected_rows = 101; }, "expected_rows=101 (expected 0, or 1..100"},
       {"masked, expected_rows past the capacity",
        [](auto& a) { a.layout = GroupLayout::masked; a.group_counts = a.group_offsets; a.capacity = 8; a.expected_rows = 33; },

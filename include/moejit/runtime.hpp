@@ -79,6 +79,12 @@ struct GroupedGemmArgs {
   // for any valid groups. At most the upper bound (capacity × num_groups, or total_rows); ignored
   // where the host sees the groups.
   long long expected_rows = 0;
+  // The same, per group: the rows you expect each group to hold (num_groups host ints in either
+  // layout, e.g. recent batches' expert loads). Where given, the choice follows them instead of a
+  // typical routing of expected_rows, so that skew (a few hot experts) still picks the configs it
+  // takes with host counts (the mixed tile order, tile bands). A hint only, as expected_rows;
+  // validated (each 0..capacity when masked, their sum at most total_rows when contiguous).
+  std::span<const int> expected_group_rows{};
 
   // Scales of quantized operands (see above); null for 16-bit operands. 4-byte aligned.
   const float* a_scales = nullptr;  // ab_type = e4m3

@@ -407,7 +407,7 @@ bool may_split_tail(const KernelSpec& spec, int k) {
 // the tile count without the groups' sizes.
 KernelSpec with_split_tail(KernelSpec spec, const GemmProblem& problem, long long estimate, int sm_count) {
   // The launch plans the split from the host's counts; without them it runs every tile whole.
-  if (!may_split_tail(spec, problem.k) || problem.group_rows_typical) return spec;
+  if (!may_split_tail(spec, problem.k) || problem.group_rows_estimated) return spec;
   const long long n_tiles = (problem.n + spec.tile.n - 1) / spec.tile.n;
   long long exact = 0;
   for (int r : problem.group_rows) exact += (std::max(r, 0) + spec.tile.m - 1) / spec.tile.m * n_tiles;
@@ -527,20 +527,19 @@ std::vector<int> typical_group_rows(int groups, long long rows) {
   return out;
 }
 
-bool mixed_order_pays(int n, int k, long long heavy_m_tiles, long long all_m_tiles, bool unfused_fp8) {
-  if (n < kMixMinN || k > kMixMaxK || all_m_tiles <= 0) return false;
-  const double share = (double)heavy_m_tiles / (double)all_m_tiles;
-  return share >= kMixMinHeavyTileShare && share <= (unfused_fp8 ? kMixMaxHeavyTileShareFp8 : kMixMaxHeavyTileShare);
+bool mixed_order_pays(int n, int k, const MixClasses& c, bool unfused_fp8) {
+  const long long all = c.heavy_tiles + c.light_tiles;
+  if (n < kMixMinN || k > kMixMaxK || c.heavy_groups == 0 || c.light_groups == 0) return false;
+  const double share = (double)c.heavy_tiles / (double)all;
+  // Heavy groups' mean tiles >= kMixMinTileRatio x the light ones' (cross-multiplied).
+  const bool skewed = c.heavy_tiles * c.light_groups >= kMixMinTileRatio * c.light_tiles * c.heavy_groups;
+  return skewed && share >= kMixMinHeavyTileShare && share <= (unfused_fp8 ? kMixMaxHeavyTileShareFp8 : kMixMaxHeavyTileShare);
 }
 
 bool mixed_order_pays(int n, int k, std::span<const int> group_rows, bool unfused_fp8) {
-  long long heavy = 0, all = 0;
-  for (int r : group_rows) {
-    const long long m_tiles = (std::max(r, 0) + 127LL) / 128;
-    all += m_tiles;
-    if (r >= kMixHeavyRows) heavy += m_tiles;
-  }
-  return mixed_order_pays(n, k, heavy, all, unfused_fp8);
+  MixClasses classes;
+  for (int r : group_rows) classes.add(r);
+  return mixed_order_pays(n, k, classes, unfused_fp8);
 }
 
 bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot_groups) {
@@ -564,7 +563,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   if (problem.group_rows.empty()) {
     typical = typical_group_rows(problem.num_groups, problem.total_rows);
     problem.group_rows = typical;
-    problem.group_rows_typical = true;
+    problem.group_rows_estimated = true;
   }
   KernelSpec spec;
   spec.arch = arch;
@@ -661,7 +660,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     }
     spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
     // The mixed order under skew, 128-row tiles (kMixMaxHeavyTileShareFp8 above).
-    if (spec.tile.m == 128 && spec.split == SplitK::none && !problem.group_rows_typical &&
+    if (spec.tile.m == 128 && spec.split == SplitK::none &&
         mixed_order_pays(problem.n, problem.k, problem.group_rows, !spec.fusion.any()))
       spec.mix = kMixHeavyRows;
     spec.validate();
@@ -738,10 +737,10 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       if (odd * kEvenPairShareInverse <= active) spec.cluster_n = 1, spec.cluster_m = 2;
     }
   }
-  // The mixed order under skew (kMixHeavyRows above), from the host's counts only.
+  // The mixed order under skew (kMixHeavyRows above): from the host's counts or the caller's expected
+  // ones (a typical routing never has two classes).
   if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
-      spec.split == SplitK::none && !spec.fusion.atomic && !(spec.cluster_m == 2 && spec.tail != 0) &&
-      !problem.group_rows_typical) {
+      spec.split == SplitK::none && !spec.fusion.atomic && !(spec.cluster_m == 2 && spec.tail != 0)) {
     if (mixed_order_pays(problem.n, problem.k, problem.group_rows)) spec.mix = kMixHeavyRows;
   }
   spec.validate();

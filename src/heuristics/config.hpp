@@ -24,9 +24,9 @@ struct GemmProblem {
   std::optional<DType> b_type;      // B's type where it differs from ab_type (mxfp4 | nvfp4)
   Fusion fusion{};                  // built into the chosen spec (configs that cannot take it are avoided)
   ScaleB b_scales = ScaleB::blocks;  // FP8: B's scale layout (channels: the Hopper FP8 kernel only)
-  // group_rows are typical_group_rows, not the launch's: rules that the launch can only apply with
-  // the host's counts (split=tail's plan) stay off.
-  bool group_rows_typical = false;
+  // group_rows are an estimate (typical_group_rows, or the caller's expected_group_rows), not the
+  // launch's: rules that the launch can only apply with the host's counts (split=tail's plan) stay off.
+  bool group_rows_estimated = false;
 };
 
 // Chooses family, tile, stages and scheduler for the arch. Documented in docs/design.md.
@@ -52,12 +52,24 @@ bool hot_groups_dominate(std::span<const int> group_rows);
 bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot_groups);
 
 // The mixed tile order (mix=R) under skew (v44): whether a launch of this N and K whose groups of
-// kMixHeavyRows+ rows hold heavy_m_tiles of its all_m_tiles 128-row M tiles takes it (30-90% of the
-// tiles, 30-60% for an unfused FP8 launch (`unfused_fp8`); N >= 4096, K <= 3072). choose_spec
+// kMixHeavyRows+ rows hold 30-90% of its 128-row M tiles (30-60% for an unfused FP8 launch,
+// `unfused_fp8`) takes it; N >= 4096, K <= 3072. choose_spec
 // applies it, with the host's counts, to 16-bit 128x256 launches without atomics and to FP8 128-row
 // ones; shape buckets keep such launches apart (tuning.hpp).
+// Skew, not the spread of an even routing around 256 rows: a heavy group's mean M tiles at least
+// kMixMinTileRatio times a light one's.
 inline constexpr int kMixHeavyRows = 256;
-bool mixed_order_pays(int n, int k, long long heavy_m_tiles, long long all_m_tiles, bool unfused_fp8 = false);
+inline constexpr int kMixMinTileRatio = 3;
+struct MixClasses {  // 128-row M tiles and non-empty groups of each class
+  long long heavy_tiles = 0, light_tiles = 0, heavy_groups = 0, light_groups = 0;
+  void add(int rows) {
+    if (rows <= 0) return;
+    const long long tiles = (rows + 127LL) / 128;
+    if (rows >= kMixHeavyRows) heavy_tiles += tiles, ++heavy_groups;
+    else light_tiles += tiles, ++light_groups;
+  }
+};
+bool mixed_order_pays(int n, int k, const MixClasses& classes, bool unfused_fp8 = false);
 bool mixed_order_pays(int n, int k, std::span<const int> group_rows, bool unfused_fp8 = false);
 
 // Rows a group's last whole 128-row tile absorbs where the heuristic or the tuner takes tail rows

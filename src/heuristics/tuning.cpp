@@ -176,7 +176,8 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
     if (r > 0) ++active, rows += r;
   const double mean_rows = active ? double(rows) / double(active) : 0.0;
   // split=tail (the 16-bit Hopper kernel, unfused, single CTAs) where pieces keep 16+ K blocks.
-  const bool try_split = problem.k >= 2048 && !problem.group_rows.empty();  // a launch without host counts runs whole tiles
+  // A launch without host counts runs whole tiles.
+  const bool try_split = problem.k >= 2048 && !problem.group_rows.empty() && !problem.group_rows_estimated;
   // Fused 4-bit Hopper kernels: the static scheduler only. Their dynamic variants compile with
   // serialized wgmmas (ptxas C7511 on the 128-token scatter tile, C7512 on the 48/64-token ones,
   // C7518 on 64x256) or a spill (48 tokens with scatter), and unfused the dynamic scheduler already

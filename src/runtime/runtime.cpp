@@ -169,16 +169,18 @@ HostGroups host_groups(const GroupedGemmArgs& args) {
 // when only the device holds them, rows_without_groups over the groups they are expected to fill.
 ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
   long long rows = 0, active = 0;
-  long long rows_in_hot_groups = 0, m_tiles = 0, heavy_m_tiles = 0;  // 128-row M tiles: mixed_order_pays
+  long long rows_in_hot_groups = 0;
+  MixClasses classes;  // mixed_order_pays
+  auto count = [&](int r) {
+    rows += r;
+    active += r > 0;
+    if (r > kHotGroupRows) rows_in_hot_groups += r;
+    classes.add(r);
+  };
   if (groups.known) {
-    for (int g = 0; g < args.num_groups; ++g) {
-      int r = rows_of_group(args, groups.view, g);
-      rows += r;
-      active += r > 0;
-      if (r > kHotGroupRows) rows_in_hot_groups += r;
-      m_tiles += (r + 127) / 128;
-      if (r >= kMixHeavyRows) heavy_m_tiles += (r + 127) / 128;
-    }
+    for (int g = 0; g < args.num_groups; ++g) count(rows_of_group(args, groups.view, g));
+  } else if (!args.expected_group_rows.empty()) {
+    for (int r : args.expected_group_rows) count(r);
   } else {
     rows = rows_without_groups(args);
     active = expected_active_groups(args.num_groups, rows);
@@ -188,7 +190,7 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
   ShapeBucket bucket =
       ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type,
                       hot_groups_dominate(rows, active, rows_in_hot_groups),
-                      mixable && mixed_order_pays(args.n, args.k, heavy_m_tiles, m_tiles, fp8 && !args.fusion.any()));
+                      mixable && mixed_order_pays(args.n, args.k, classes, fp8 && !args.fusion.any()));
   bucket.fusion = args.fusion;
   bucket.b_scales = args.b_scale_layout;
   return bucket;
@@ -478,6 +480,9 @@ GemmProblem problem_of(const GroupedGemmArgs& args, const HostGroups& groups, st
     rows.resize(args.num_groups);
     for (int g = 0; g < args.num_groups; ++g) rows[g] = rows_of_group(args, groups.view, g);
     problem.group_rows = rows;
+  } else if (!args.expected_group_rows.empty()) {
+    problem.group_rows = args.expected_group_rows;
+    problem.group_rows_estimated = true;
   }
   return problem;
 }
@@ -582,9 +587,10 @@ void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
     }
     // Once per bucket (MOEJIT_LOG=debug): what was chosen and from what, for `moejit inspect`.
     log_debug(fmt::format("grouped_gemm: bucket {} ({}) -> {} ({})", bucket.to_text(),
-                          groups.known               ? "host group sizes"
-                          : args.expected_rows > 0 ? "expected_rows, typical routing"
-                                                   : "upper bound of the rows, typical routing",
+                          groups.known                         ? "host group sizes"
+                          : !args.expected_group_rows.empty() ? "expected_group_rows"
+                          : args.expected_rows > 0            ? "expected_rows, typical routing"
+                                                              : "upper bound of the rows, typical routing",
                           spec->to_text(), source));
     const LoadedKernel& loaded = load_kernel(*impl_, *spec);
     std::unique_lock lock(impl_->hot_mutex);

@@ -89,6 +89,18 @@ void validate_args(const GroupedGemmArgs& a) {
     rows = static_cast<long long>(a.capacity) * a.num_groups;
     if (rows > INT32_MAX) bad("capacity × num_groups = {} rows (at most {})", rows, INT32_MAX);
   }
+  if (!a.expected_group_rows.empty()) {
+    if (a.expected_group_rows.size() != static_cast<std::size_t>(a.num_groups))
+      bad("expected_group_rows has {} entries (expected num_groups = {} row counts)", a.expected_group_rows.size(), a.num_groups);
+    long long sum = 0;
+    for (int i = 0; i < a.num_groups; ++i) {
+      const int r = a.expected_group_rows[i];
+      const long long most = a.layout == GroupLayout::masked ? a.capacity : rows;
+      if (r < 0 || r > most) bad("expected_group_rows[{}]={} (expected 0..{})", i, r, most);
+      sum += r;
+    }
+    if (sum > rows) bad("expected_group_rows sum to {} rows, past the {} the layout holds", sum, rows);
+  }
   if (a.expected_rows < 0 || a.expected_rows > rows)
     bad("expected_rows={} (expected 0, or 1..{}: the rows the groups can hold, {})", a.expected_rows, rows,
         a.layout == GroupLayout::contiguous ? "total_rows" : "capacity × num_groups");
