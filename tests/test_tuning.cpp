@@ -528,14 +528,19 @@ TEST_CASE("groups on the device only: expected_rows chooses as the exact counts 
     }
 }
 
+namespace {
+// The heuristic's mix field for a contiguous launch of these group sizes (A and B of `ab`, bf16 C).
+int mix_chosen(DType ab, const std::vector<int>& rows, int n, int k, const char* fuse) {
+  long long total = 0;
+  for (int r : rows) total += r;
+  GemmProblem p{GroupLayout::contiguous, ab, DType::bf16, (int)rows.size(), n, k, total, rows};
+  if (*fuse) p.fusion = KernelSpec::parse(fuse).fusion;
+  return choose_spec(p, kHopper, 132).mix;
+}
+}  // namespace
+
 TEST_CASE("bf16 mixed tile order under skew where K is short and N wide (v44)", "[tuning][heuristic]") {
-  auto mix = [](const std::vector<int>& rows, int n, int k, const char* fuse = "") {
-    long long total = 0;
-    for (int r : rows) total += r;
-    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)rows.size(), n, k, total, rows};
-    if (*fuse) p.fusion = KernelSpec::parse(fuse).fusion;
-    return choose_spec(p, kHopper, 132).mix;
-  };
+  auto mix = [](const std::vector<int>& rows, int n, int k, const char* fuse = "") { return mix_chosen(DType::bf16, rows, n, k, fuse); };
   // 20 hot groups of 800 rows (7 M tiles each) beside 200 of 40: 41% of the tiles heavy.
   std::vector<int> skewed(20, 800);
   skewed.resize(220, 40);
@@ -595,13 +600,7 @@ TEST_CASE("bf16 mixed tile order under skew where K is short and N wide (v44)", 
 }
 
 TEST_CASE("FP8 mixed tile order under skew: 30-90% of the tiles heavy, 60% unfused (v44)", "[tuning][heuristic][fp8]") {
-  auto mix = [](const std::vector<int>& rows, int n, int k, const char* fuse = "") {
-    long long total = 0;
-    for (int r : rows) total += r;
-    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, (int)rows.size(), n, k, total, rows};
-    if (*fuse) p.fusion = KernelSpec::parse(fuse).fusion;
-    return choose_spec(p, kHopper, 132).mix;
-  };
+  auto mix = [](const std::vector<int>& rows, int n, int k, const char* fuse = "") { return mix_chosen(DType::e4m3, rows, n, k, fuse); };
   std::vector<int> skewed(20, 800);  // 140 of 340 M tiles heavy (41%)
   skewed.resize(220, 40);
   CHECK(mix(skewed, 7168, 2048) == 256);  // DeepSeek-V3 down 4096: 0.90x
