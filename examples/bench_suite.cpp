@@ -6,6 +6,9 @@
 // overrides of the chosen spec (rows marked by their spec), for tuning; MODELS=a,b limits models,
 // GEMMS=up or down the GEMMs timed. BENCH_EXTRA_MODEL=name,experts,topk,hidden,intermediate,up_n
 // times one more shape after the suite's (MODELS selects it by name like the others).
+// BENCH_MORE_MODELS=1: the public shapes beyond the suite's four as well (moe_models.hpp,
+// kMoreMoeModels: Qwen3-235B, Kimi-K2, GLM-4.5, Llama 4 Maverick, gpt-oss-20b, Mixtral-8x22B, one
+// rank of DeepSeek-V3 under 8-way expert parallelism); MODELS selects among all of them.
 // An override that does not validate for a case (BENCH_SPECS=cluster=2x1 on 64-row decode tiles)
 // is skipped for that case with a note on stderr.
 // ROUTING=skewed: every case routed with hot and dead experts instead (moe_models.hpp,
@@ -158,10 +161,15 @@ std::vector<std::uint8_t> w4_pattern(std::mt19937& rng, moejit::DType format) {
   return out;
 }
 
-// "128x256x64 s4 dynamic": the fields the tuner varies.
+// "128x256x64 s4 dynamic" (+ " 2x1", " tail", " split", " mix"): the fields the tuner varies.
 std::string short_spec(const moejit::KernelSpec& s) {
-  return fmt::format("{}x{}x{} s{} {}", s.tile.m, s.tile.n, s.tile.k, s.stages,
-                     s.scheduler == moejit::Scheduler::dynamic ? "dynamic" : "static");
+  std::string out = fmt::format("{}x{}x{} s{} {}", s.tile.m, s.tile.n, s.tile.k, s.stages,
+                                s.scheduler == moejit::Scheduler::dynamic ? "dynamic" : "static");
+  if (s.cluster_m != 1 || s.cluster_n != 1) out += fmt::format(" {}x{}", s.cluster_m, s.cluster_n);
+  if (s.tail != 0) out += " tail";
+  if (s.split == moejit::SplitK::tail) out += " split";
+  if (s.mix != 0) out += " mix";
+  return out;
 }
 
 // Median time of one launch over about `budget_ms` of launches (min_reps..max_reps), after
@@ -295,6 +303,16 @@ struct TuneRow {
 
 }  // namespace
 
+// Whether `name` is one of the comma-separated names in `list` (MODELS): whole names, so that
+// deepseek-v3 does not also select deepseek-v3-ep8.
+static bool listed(const char* list, const char* name) {
+  std::stringstream names(list);
+  std::string item;
+  while (std::getline(names, item, ','))
+    if (item == name) return true;
+  return false;
+}
+
 int main(int argc, char** argv) {
   const char* routing_path = argc > 1 ? argv[1] : "routing.csv";
   std::vector<int> token_counts = {16, 128, 1024, 4096, 16384};
@@ -375,6 +393,8 @@ int main(int argc, char** argv) {
   // BENCH_EXTRA_MODEL=name,experts,topk,hidden,intermediate,up_n: one more shape after the suite's
   // (an experiment's, e.g. gpt-oss with 128-byte-aligned FP8 rows: hidden = intermediate = 2944).
   std::vector<MoeModel> models(std::begin(moejit::examples::kMoeModels), std::end(moejit::examples::kMoeModels));
+  if (const char* more = std::getenv("BENCH_MORE_MODELS"); more && std::string(more) == "1")
+    models.insert(models.end(), std::begin(moejit::examples::kMoreMoeModels), std::end(moejit::examples::kMoreMoeModels));
   std::string extra_name;  // outlives the loop below, which holds its c_str()
   if (const char* extra = std::getenv("BENCH_EXTRA_MODEL")) {
     std::stringstream fields(extra);
@@ -392,7 +412,7 @@ int main(int argc, char** argv) {
     }
   }
   for (const MoeModel& m : models) {
-    if (only_models && !std::strstr(only_models, m.name)) continue;
+    if (only_models && !listed(only_models, m.name)) continue;
     // Weights are allocated once per model and GEMM, at the largest shape.
     for (const char* gemm : {"up", "down"}) {
       bool up = gemm[0] == 'u';

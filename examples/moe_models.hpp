@@ -25,6 +25,21 @@ inline constexpr MoeModel kMoeModels[] = {
     {"qwen3-30b-a3b", 128, 8, 2048, 768, 1536},
 };
 
+// Shapes beyond the suite (bench_suite BENCH_MORE_MODELS=1; tests/gpu/peers.py SHAPES holds the same):
+// other public MoE configs, to check that the heuristic's rules, fitted on the four above, carry
+// over. deepseek-v3-ep8 is one rank of DeepSeek-V3 under 8-way expert parallelism: its 32 local
+// experts see about `tokens` rows in all (tokens x 8 routed rows over 256 experts, one eighth of
+// them here), drawn as top-1 over the 32.
+inline constexpr MoeModel kMoreMoeModels[] = {
+    {"qwen3-235b-a22b", 128, 8, 4096, 1536, 3072},
+    {"kimi-k2", 384, 8, 7168, 2048, 4096},
+    {"glm-4.5", 160, 8, 5120, 1536, 3072},
+    {"llama4-maverick", 128, 1, 5120, 8192, 16384},
+    {"gpt-oss-20b", 32, 4, 2880, 2880, 5760},
+    {"mixtral-8x22b", 8, 2, 6144, 16384, 32768},
+    {"deepseek-v3-ep8", 32, 1, 7168, 2048, 4096},
+};
+
 inline const MoeModel* find_model(const std::string& name) {
   for (const MoeModel& m : kMoeModels)
     if (name == m.name) return &m;

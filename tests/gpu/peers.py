@@ -17,6 +17,14 @@ SHAPES = {  # model: (experts, topk, hidden, intermediate, up_n)
     "mixtral-8x7b": (8, 2, 4096, 14336, 28672),
     "deepseek-v3": (256, 8, 7168, 2048, 4096),
     "qwen3-30b-a3b": (128, 8, 2048, 768, 1536),
+    # Beyond the suite (examples/moe_models.hpp, kMoreMoeModels; bench_suite BENCH_MORE_MODELS=1).
+    "qwen3-235b-a22b": (128, 8, 4096, 1536, 3072),
+    "kimi-k2": (384, 8, 7168, 2048, 4096),
+    "glm-4.5": (160, 8, 5120, 1536, 3072),
+    "llama4-maverick": (128, 1, 5120, 8192, 16384),
+    "gpt-oss-20b": (32, 4, 2880, 2880, 5760),
+    "mixtral-8x22b": (8, 2, 6144, 16384, 32768),
+    "deepseek-v3-ep8": (32, 1, 7168, 2048, 4096),
 }
 
 
