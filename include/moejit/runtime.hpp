@@ -163,7 +163,7 @@ struct RuntimeOptions {
 
 struct TuneOptions {
   int compile_threads = 0;       // 0: one per core
-  double ms_per_candidate = 20;  // device time spent timing each candidate (5 batches, median)
+  double ms_per_candidate = 20;  // device time spent timing each candidate: 5 rounds in turns with the others, median
   bool store = true;             // file the winner in the cache folder for later processes
 };
 

@@ -619,14 +619,19 @@ TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneO
 
   TuneResult result;
   result.bucket = bucket.to_text();
-  const LoadedKernel* best = nullptr;
+  // Each built candidate is loaded and launched once; then the ones that ran are timed in turns
+  // (time_in_turns: at the power cap, one after another favoured whichever came first).
+  std::vector<const LoadedKernel*> loaded(specs.size(), nullptr);
+  std::vector<std::function<void()>> launches;
+  std::vector<std::size_t> timed;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     TuneCandidate c{specs[i], 0, errors[i]};
     if (c.error.empty()) {
       try {
-        const LoadedKernel& loaded = load_kernel(*impl_, specs[i]);
-        c.ms = time_launches([&] { launch_loaded(*impl_, loaded, args, groups.get(), stream); }, stream, options.ms_per_candidate);
-        if (!best || c.ms < result.best_ms) best = &loaded, result.best = specs[i], result.best_ms = c.ms;
+        loaded[i] = &load_kernel(*impl_, specs[i]);
+        launch_loaded(*impl_, *loaded[i], args, groups.get(), stream);
+        launches.push_back([&, kernel = loaded[i]] { launch_loaded(*impl_, *kernel, args, groups.get(), stream); });
+        timed.push_back(i);
       } catch (const DriverError& e) {
         // A kernel that cannot be resident is skipped; any other driver error (a faulting launch
         // leaves the context unusable) ends the tuning run.
@@ -635,6 +640,15 @@ TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneO
       }
     }
     result.candidates.push_back(std::move(c));
+  }
+  const LoadedKernel* best = nullptr;
+  if (!launches.empty()) {
+    const std::vector<double> ms = time_in_turns(launches, stream, options.ms_per_candidate);
+    for (std::size_t t = 0; t < timed.size(); ++t) {
+      const std::size_t i = timed[t];
+      result.candidates[i].ms = ms[t];
+      if (!best || ms[t] < result.best_ms) best = loaded[i], result.best = specs[i], result.best_ms = ms[t];
+    }
   }
   if (!best)
     throw CompileError(fmt::format("Runtime::tune: no candidate for {} could be built; the heuristic's choice failed with:\n{}",

@@ -43,27 +43,44 @@ struct Event {
 };
 }  // namespace
 
-double time_launches(const std::function<void()>& launch, Stream stream, double min_ms, int samples) {
+std::vector<double> time_in_turns(const std::vector<std::function<void()>>& launches, Stream stream, double min_ms,
+                                  int rounds) {
   const DriverApi& api = driver();
   auto cu_stream = reinterpret_cast<CUstream>(stream);
-  Event start, stop;
-  auto timed = [&](int launches) {
-    MOEJIT_CU(api.cuEventRecord(start.handle, cu_stream));
-    for (int i = 0; i < launches; ++i) launch();
-    MOEJIT_CU(api.cuEventRecord(stop.handle, cu_stream));
-    MOEJIT_CU(api.cuEventSynchronize(stop.handle));
+  const std::size_t n = launches.size();
+  std::vector<Event> start(n), stop(n);
+  auto elapsed = [&](std::size_t i) {
     float ms = 0;
-    MOEJIT_CU(api.cuEventElapsedTime(&ms, start.handle, stop.handle));
-    return double(ms) / launches;
+    MOEJIT_CU(api.cuEventElapsedTime(&ms, start[i].handle, stop[i].handle));
+    return double(ms);
   };
-  launch();  // first launch: module and caches warm
-  double once = timed(1);
-  samples = std::max(samples, 1);
-  int batch = std::clamp(static_cast<int>(std::ceil(min_ms / samples / std::max(once, 1e-3))), 1, 1000);
-  std::vector<double> ms(samples);
-  for (auto& t : ms) t = timed(batch);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  rounds = std::max(rounds, 1);
+  std::vector<int> batch(n, 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    launches[i]();  // first launch: module and caches warm
+    MOEJIT_CU(api.cuEventRecord(start[i].handle, cu_stream));
+    launches[i]();
+    MOEJIT_CU(api.cuEventRecord(stop[i].handle, cu_stream));
+    MOEJIT_CU(api.cuEventSynchronize(stop[i].handle));
+    batch[i] = std::clamp(static_cast<int>(std::ceil(min_ms / rounds / std::max(elapsed(i), 1e-3))), 1, 1000);
+  }
+  std::vector<std::vector<double>> ms(n);
+  for (int r = 0; r < rounds; ++r) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t i = (j + static_cast<std::size_t>(r)) % n;
+      MOEJIT_CU(api.cuEventRecord(start[i].handle, cu_stream));
+      for (int b = 0; b < batch[i]; ++b) launches[i]();
+      MOEJIT_CU(api.cuEventRecord(stop[i].handle, cu_stream));
+    }
+    MOEJIT_CU(api.cuStreamSynchronize(cu_stream));
+    for (std::size_t i = 0; i < n; ++i) ms[i].push_back(elapsed(i) / batch[i]);
+  }
+  std::vector<double> median(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::sort(ms[i].begin(), ms[i].end());
+    median[i] = ms[i][ms[i].size() / 2];
+  }
+  return median;
 }
 
 }  // namespace moejit

@@ -14,8 +14,14 @@ namespace moejit {
 // ("" for success). Never throws for a failed compile.
 std::vector<std::string> compile_in_parallel(std::size_t count, int threads, const std::function<void(std::size_t)>& compile);
 
-// Median device time of one launch (ms): a warm-up launch, one launch to size the batches, then
-// `samples` batches of launches between two events, each batch about min_ms / samples long.
-double time_launches(const std::function<void()>& launch, Stream stream, double min_ms, int samples = 5);
+// Median device time of one launch (ms) of each of `launches`, timed in turns: each is launched
+// once (warm-up) and once more to size its batches, then `rounds` rounds each run one batch of
+// every launch (about min_ms / rounds long), the order rotated by one from round to round. Why
+// turns: at the 700 W cap a launch's clock depends on the work of the seconds before, and timed
+// one after another the first candidate (the heuristic's) ran on the coolest chip. On GLM-4.5's up
+// GEMM at 4096 tokens it read 2.12 ms first and 2.24-2.38 ms in later slots, and the tuner kept it
+// against a config that takes 0.91x its time in turns (docs/perf.md v45).
+std::vector<double> time_in_turns(const std::vector<std::function<void()>>& launches, Stream stream, double min_ms,
+                                  int rounds = 5);
 
 }  // namespace moejit
