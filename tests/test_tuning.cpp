@@ -209,7 +209,7 @@ TEST_CASE("heuristic and tuner keep the fusions; gathered pairs share B", "[tuni
   CHECK(choose_spec(problem, kAmpere, 108).fusion == problem.fusion);
 }
 
-TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; the heuristic's at 160-255 rows with long K (bf16)", "[tuning]") {
+TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; the heuristic's at 160-255 rows with long K or large experts (bf16)", "[tuning]") {
   auto count_pair_m = [](const std::vector<KernelSpec>& specs) {
     int n = 0;
     for (auto& s : specs) {
@@ -233,7 +233,11 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
                  Case{8, 256, 28672, 4096, 4},     // 2 M tiles per group
                  Case{256, 128, 4096, 7168, 4},    // DeepSeek-V3 up 4096: one full M tile per expert, the threshold
                  Case{384, 171, 4096, 7168, 4, 2},  // long K at 160-255 rows: the heuristic's (v39: 0.83-0.92x)
-                 Case{256, 192, 4096, 4096, 4},    // K = 4096: not (v39: Mixtral up 1024 gathered 1.19x)
+                 Case{256, 192, 4096, 4096, 4, 2},  // shorter K, large experts: N x K = 16.8 M (v45)
+                 Case{160, 204, 3072, 5120, 4, 2},  // GLM-4.5 up 4096 tokens (v45: 0.91x in turns)
+                 Case{160, 204, 5120, 1536, 4},     // GLM-4.5 down: 7.9 M weights per expert, single (v45: 0.99-1.00x)
+                 Case{160, 204, 2880, 2880, 4},     // 8.3 M: single (v45: 0.97-1.01x)
+                 Case{160, 204, 3072, 2048, 4},     // 6.3 M: single (v45: 0.995-1.00x)
                  Case{256, 127, 4096, 7168, 0},    // below it: every unit a split one, nothing shared
                  Case{128, 1, 2048, 768, 0}}) {    // decode
     std::vector<int> sizes(c.groups, c.rows_per_group);

@@ -328,8 +328,16 @@ bool hopper_capable(const Arch& arch) { return arch.sm() == 90 && arch.arch_spec
 // stay single. Not at shorter K (v39 call 7: Mixtral up 1024, K = 4096, gathered 1.19x; gpt-oss
 // K = 2880 1.00-1.02x). Where the single CTAs' last round splits along K (split=tail: Mixtral down
 // at 512 tokens, 0.91-0.99x of 2x1), the launch stays single.
+// Shorter K with wide N as well (v45, shapes beyond the suite; docs/results/2026-11-27-v45-pairs-sweep.csv):
+// at 160-255 rows a launch reads its weights about as long as it multiplies them (~200 FLOPs per
+// weight byte against the H100's ~260 per DRAM byte), so what pays is reading each expert's weights
+// once per pair. That tracks an expert's weight count N x K, not K: in turns at 176 / 204 / 240
+// rows, 2x1 took 0.86-0.93x the time at N x K = 3072 x 5120 (GLM-4.5 up, 0.91x on its own routing,
+// gathered 0.96x), 0.94-0.96x at 5760 x 2880, 0.86-0.92x at 28672 x 4096, 0.92-0.96x at 7168 x 2048,
+// but 0.97-1.01x at 2880 x 2880, 0.98-1.00x at 3072 x 2048 and 2048 x 2048, 0.99-1.00x at 5120 x 1536.
 constexpr int kPairLongKMinK = 6144;
-constexpr double kPairLongKMinRows = 160;  // mean rows per active group
+constexpr long long kPairMinWeightsPerGroup = 12LL << 20;  // N x K elements (24 MiB of bf16)
+constexpr double kPairLongKMinRows = 160;                  // mean rows per active group
 
 Scheduler scheduler_for(long long active, long long rows, int n, TileShape tile, int sm_count) {
   return active > 1 && estimated_tiles(rows, active, n, tile) > std::max(sm_count, 1) ? Scheduler::dynamic
@@ -709,10 +717,12 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     }
   }
   spec = with_split_tail(spec, problem, tiles, sm_count);
-  // Below 256 rows per group, long K: pairs sharing B on the dynamic scheduler (v39), unless the
-  // single CTAs' last round splits along K (split=tail: Mixtral down at 512 tokens 0.91x of 2x1).
+  // Below 256 rows per group, long K or large experts: pairs sharing B on the dynamic scheduler
+  // (v39, v45), unless the single CTAs' last round splits along K (split=tail: Mixtral down at 512
+  // tokens 0.91x of 2x1).
+  const bool large_experts = problem.k >= kPairLongKMinK || (long long)problem.n * problem.k >= kPairMinWeightsPerGroup;
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && spec.scheduler == Scheduler::dynamic &&
-      spec.split != SplitK::tail && problem.k >= kPairLongKMinK && mean_rows >= kPairLongKMinRows && mean_rows < 256)
+      spec.split != SplitK::tail && large_experts && mean_rows >= kPairLongKMinRows && mean_rows < 256)
     spec.cluster_m = 2;
   // Absorbed tail rows where the host's group sizes show enough groups ending 1-24 rows past a
   // whole tile: such a tile of its own loads the whole B tile for a few rows (docs/perf.md v40).
