@@ -381,9 +381,12 @@ TEST_CASE("4-bit weight-only hopper variants compile for sm_90a with HGMMA and n
     if ((s.b == DType::mxfp4 && s.layout == GroupLayout::contiguous && s.c == DType::bf16) ||
         (s.b == DType::nvfp4 && s.layout == GroupLayout::masked && s.c == DType::f16))
       some.push_back(s);
-  CHECK(some.size() == 17);  // with the 16- and 48-token tiles at 6 stages
+  CHECK(some.size() == 19);  // with the 16- and 48-token tiles at 6 stages, and the 16-token one split (8, 6 stages)
   for (const char* tile : {"tile=32x128x64,stages=8", "tile=64x256x64,stages=8"})
     some.push_back(KernelSpec::parse(fmt::format("family=hopper,arch=sm_90a,b=mxfp4,{}", tile)));
+  // split=tail (v45): NVFP4's 16-token tile as the heuristic takes it, and the 32-token tile.
+  some.push_back(KernelSpec::parse("family=hopper,arch=sm_90a,b=nvfp4,tile=16x128x64,stages=8,split=tail"));
+  some.push_back(KernelSpec::parse("family=hopper,arch=sm_90a,b=mxfp4,tile=32x128x64,stages=8,split=tail"));
   // NVFP4's prefill tiles as the suite runs them (contiguous, bf16 C): the short-tail k-loop once made
   // ptxas serialize the 128-token one's wgmmas (C7511) and not the masked f16 one's.
   for (const char* tile : {"tile=128x128x64,stages=8", "tile=256x128x64,stages=4"})

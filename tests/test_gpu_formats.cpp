@@ -553,6 +553,42 @@ TEST_CASE("w4: 16- and 32-token tiles (two CTAs per SM)", "[gpu][w4]") {
     }
 }
 
+// split=tail on the 16- and 32-token tiles (two CTAs per SM, so the plan counts 2 x SMs): the last
+// round's tiles in pieces of K that meet in split_reduce, MXFP4 row exponents and the NVFP4 tensor
+// scale applied per piece. Beyond one round in 4 pieces (K = 4096), one short round in 3 (K = 3136, a
+// partial last K block of 64), twice each so the flags must be back at zero; groups empty, of one
+// row and one past a tile.
+TEST_CASE("w4: split=tail on the 16- and 32-token tiles, both layouts, flags reset", "[gpu][w4][split]") {
+  if (!has_sm90a()) return skip_without_sm90a("4-bit weight-only");
+  const int ctas = 2 * runtime().sm_count();
+  constexpr int kN = 384;
+  std::mt19937 rng(4107);
+  for (int tokens : {16, 32})
+    for (DType b : {DType::mxfp4, DType::nvfp4})
+      for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
+        KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,b={},tile={}x128x64,stages=8,split=tail", to_text(b), tokens));
+        spec.layout = layout;
+        spec.arch = runtime().arch();
+        spec.validate();
+        const int n_tiles = kN / 128;
+        struct Shape {
+          std::vector<int> tail_groups;
+          int target_tiles, k, pieces;
+        };
+        for (Shape shape : {Shape{{0, 1, tokens + 1, 3, 0, 2 * tokens}, ctas + ctas / 4, 4096, 4},
+                            Shape{{tokens + 1, 0, 1, 5 * tokens, 0}, ctas / 3, 3136, 3}}) {
+          const std::vector<int> rows = rows_for_tile_count(shape.tail_groups, shape.target_tiles, tokens, n_tiles);
+          const long long tiles = tile_count(rows, tokens, n_tiles);
+          const SplitTailPlan plan = plan_split_tail(tiles, ctas, (shape.k + 63) / 64);
+          INFO(fmt::format("{}: {} tiles on {} CTAs: {} tiles from {} in {} pieces", spec.to_text(), tiles, ctas, plan.tiles,
+                           plan.from, plan.count));
+          CHECK(plan.count == shape.pieces);
+          auto p = w4_problem(spec.layout, b, spec.c, rows, kN, shape.k, rng);
+          for (int launch = 0; launch < 2; ++launch) run_spec(spec, p, fmt::format("w4 split-tail launch {}", launch));
+        }
+      }
+}
+
 // The prefill tiles: 256 tokens per tile (the wgmma's N = 256, 128 accumulators per consumer
 // thread), and 256 weight rows per tile (two pre-arranged blocks per stage, two accumulator sets
 // per consumer; N = 200 and 640: a ragged last tile whose second block is loaded twice).

@@ -341,7 +341,12 @@ TEST_CASE("tuning candidates for quantized formats: their own tiles, both schedu
   for (DType b : {DType::mxfp4, DType::nvfp4}) {
     GemmProblem w4{GroupLayout::masked, DType::bf16, DType::bf16, 128, 5760, 2880, 512, group_rows, b};
     auto w4_specs = tuning_candidates(w4, kHopper, 132);
-    CHECK(w4_specs.size() == 18);  // 16 (8, 6 stages), 32, 48 (8, 6), 64, 128 and 256 tokens x 128 rows; 64 x 256; x 2 schedulers
+    // 16 (8, 6 stages), 32, 48 (8, 6), 64, 128 and 256 tokens x 128 rows; 64 x 256; x 2 schedulers; and
+    // the static 16- and 32-token tiles with split=tail (v45)
+    CHECK(w4_specs.size() == 21);
+    int w4_split = 0;
+    for (auto& s : w4_specs) w4_split += s.split == SplitK::tail;
+    CHECK(w4_split == 3);
     CHECK(w4_specs[0].tile.m == 16);  // 4 rows per expert: the 16-token tile
     for (auto& s : w4_specs) CHECK((s.b == b && s.is_weight_only_4bit() && s.layout == GroupLayout::masked));
     std::vector<int> prefill(128, 512);

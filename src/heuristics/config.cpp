@@ -397,11 +397,14 @@ SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks) {
 
 namespace {
 // The kernels that have split=tail, on the tiles the heuristic gives long-K launches: the 16-bit
-// 128x256 and the FP8 128x192, unfused, single CTAs.
+// 128x256 and the FP8 128x192, unfused, single CTAs; and the 4-bit 16-token decode tile (static,
+// two CTAs per SM; v45).
 bool may_split_tail(const KernelSpec& spec, int k) {
   if (spec.family != KernelFamily::hopper || spec.cluster_m != 1 || spec.cluster_n != 1 || spec.fusion.any() ||
       spec.c == DType::e4m3 || k < kSplitTailMinK)
     return false;
+  if (spec.is_weight_only_4bit())
+    return spec.tile == kW4Tiny.tile && spec.scheduler == Scheduler::static_persistent;
   if (spec.a == DType::bf16 || spec.a == DType::f16) return spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages;
   if (spec.a == DType::e4m3 && spec.b == DType::e4m3) return spec.tile == kFp8Wide.tile && spec.stages == kFp8Wide.stages;
   return false;
@@ -420,7 +423,8 @@ KernelSpec with_split_tail(KernelSpec spec, const GemmProblem& problem, long lon
   long long exact = 0;
   for (int r : problem.group_rows) exact += (std::max(r, 0) + spec.tile.m - 1) / spec.tile.m * n_tiles;
   const long long tiles = problem.group_rows.empty() ? estimate : exact;
-  if (plan_split_tail(tiles, sm_count, (problem.k + spec.tile.k - 1) / spec.tile.k).count > 1) spec.split = SplitK::tail;
+  const long long ctas = (long long)sm_count * spec.min_ctas_per_sm();  // the 4-bit decode tiles run two per SM
+  if (plan_split_tail(tiles, ctas, (problem.k + spec.tile.k - 1) / spec.tile.k).count > 1) spec.split = SplitK::tail;
   return spec;
 }
 }  // namespace
@@ -611,6 +615,10 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     // on the H100 (docs/perf.md v10): geomean 0.93 (MXFP4) and 0.90 (NVFP4) of static's speed over
     // the 40 suite cases, slower on 39 (MXFP4) and 33 (NVFP4) of 40, decode to prefill.
     spec.scheduler = Scheduler::static_persistent;
+    // A 16-token launch whose last round would leave half the CTAs idle runs it in pieces of K
+    // (split=tail, K >= 4096; with the host's counts): few long tiles, as Mixtral-8x22B's down GEMM
+    // at 16 tokens (384 tiles on 264 CTAs; docs/perf.md v45).
+    spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
     spec.validate();
     return spec;
   }
@@ -830,6 +838,16 @@ std::vector<KernelSpec> w4_candidates(const Arch& arch, KernelFamily family) {
                 s.stages = kW4OneRoundStages;
                 s.validate();
                 out.push_back(s);
+              }
+              // The 16-token tile with split=tail (bf16 C, static, both stage counts; v45).
+              if (t.tile == kW4Tiny.tile && c == DType::bf16 && sched == Scheduler::static_persistent) {
+                for (int stages : {t.stages, kW4OneRoundStages}) {
+                  s.stages = stages;
+                  s.split = SplitK::tail;
+                  s.validate();
+                  out.push_back(s);
+                }
+                s.split = SplitK::none;
               }
             }
     return out;

@@ -412,11 +412,16 @@ void KernelSpec::validate() const {
     fail("b_scales={} with a={} on family={} (per-channel weight scales: the Hopper FP8 kernel only; "
          "family=portable takes 128x128 blocks)",
          moejit::to_text(b_scales), moejit::to_text(a), moejit::to_text(family));
+  // The 4-bit decode tiles of 16 and 32 tokens x 128 weight rows on the static scheduler split too (v45;
+  // with 48 or 64 tokens ptxas serialized the wgmmas, C7512).
+  const bool w4_split = family == KernelFamily::hopper && is_weight_only_4bit() && tile.m <= 32 && tile.n == 128 &&
+                        scheduler == Scheduler::static_persistent;
   if (split != SplitK::none &&
-      !(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16 || a == DType::e4m3) && b == a &&
+      !(family == KernelFamily::hopper && (((a == DType::bf16 || a == DType::f16 || a == DType::e4m3) && b == a) || w4_split) &&
         !fusion.any() && cluster_m == 1 && cluster_n == 1))
-    fail("split={} needs family=hopper, a=b=bf16|f16|e4m3, fuse=none, act=none and cluster=1x1 (the split-K tail is "
-         "built for the unfused single-CTA 16-bit and FP8 kernels)",
+    fail("split={} needs family=hopper, fuse=none, act=none, cluster=1x1 and a=b=bf16|f16|e4m3, or b=mxfp4|nvfp4 on a "
+         "16- or 32-token tile with sched=static (the split-K tail is built for the unfused single-CTA 16-bit and FP8 "
+         "kernels and the 4-bit decode tiles)",
          moejit::to_text(split));
   // A band longer than any group's M-tile count is the plain order (one band); 1024 bounds it.
   if (band < 0 || band > 1024) fail("band={} (M tiles per band of the tile order: 0 = off, at most 1024)", band);

@@ -30,6 +30,7 @@
 #include "moejit/common/scheduler.cuh"
 #include "moejit/common/fusion.cuh"
 #include "moejit/common/w4_layout.cuh"
+#include "moejit/common/split_exchange.cuh"
 #include "moejit/hopper/smem.cuh"
 #include "moejit/hopper/mbarrier.cuh"
 #include "moejit/hopper/tma.cuh"
@@ -514,8 +515,15 @@ __host__ __device__ constexpr int w4rs_ctas_per_sm() {
 // kScheduler: static, or dynamic (thread 0 of the producer takes each tile from the launch's
 // counter and hands it through a TileRing to the consumers and, with fuse=gather, to producer
 // warps 1-3; warp 0's lanes get it by a shuffle).
+// kSplitTail (split=tail; the unfused 16- and 32-token decode tiles, static scheduler; with 48 or
+// 64 tokens ptxas serialized the wgmmas, C7512): the
+// last, partial round's tiles run in pieces of K (common/split_tail.cuh, planned by the launch
+// from the exact tile count); each piece's consumers scale their sums (MXFP4 row exponents, NVFP4
+// tensor scale: linear, so per piece) and meet in split_reduce, whose last piece stores. Why:
+// a decode launch of few, long tiles (Mixtral-8x22B down, K = 16384: 384 tiles on 264 CTAs, 1.45
+// rounds) otherwise spends its second round on 120 CTAs (docs/perf.md v45).
 template <int kTokens, int kStages, int kTypeC, int kLayout, int kFormat = kMXFP4, class Fuse = NoFusion,
-          int kRowsW = 128, int kScheduler = kSchedulerStatic>
+          int kRowsW = 128, int kScheduler = kSchedulerStatic, bool kSplitTail = false>
 __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, const TmaDescriptor& tma_a,
                                                    const TmaDescriptor& tma_tail, const TmaDescriptor& tma_c,
                                                    const FusionParams* f = nullptr) {
@@ -523,6 +531,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   static_assert(kTokens == 16 || kTokens == 32 || kTokens == 48 || kTokens == 64 || kTokens == 128 || kTokens == 256,
                 "tokens per tile: 16, 32, 48, 64, 128 or 256");
   static_assert(kFormat == kMXFP4 || kFormat == kNVFP4, "4-bit weights: MXFP4 or NVFP4");
+  static_assert(!kSplitTail || (kTokens <= 32 && kRowsW == 128 && kScheduler == kSchedulerStatic && !Fuse::any),
+                "split=tail: the unfused static decode tiles of 16 and 32 tokens x 128 weight rows");
   static_assert(kRowsW == 128 || (kRowsW == 256 && kTokens == 64), "weight rows per tile: 128, or 256 with 64 tokens");
   static_assert(w4rs_smem_bytes<kTokens, kStages, kFormat, kRowsW, Fuse::gather, kScheduler, Fuse::epilogue>() <= 232448,
                 "stages do not fit in 227 KB");
@@ -733,14 +743,16 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
         const int tile_index = kDynamic ? ring.publish_warp(p.tile_counter) : static_tile(tile_iter);
-        if (!seek_tile(tile_index)) {
+        SplitUnit unit{tile_index, 0, num_k_blocks, -1};  // split=tail: a piece's tile and K blocks
+        if constexpr (kSplitTail) unit = split_unit(p, tile_index, num_k_blocks);
+        if (!seek_tile(unit.tile)) {
           if (kDynamic && threadIdx.x == 0) ring.finish(p.tile_counter, tile_index, cursor.tiles_before);
           break;
         }
         const int x_row = tile.row_begin + tile.m_block * kTokens;
         const bool tail = carries_tail(tile);
         const WeightBlocks<kBlocks> w_blocks(p.b, tile, n_blocks, run_bytes, kHeaderBytes);
-        for (int kb = 0; kb < num_k_blocks; ++kb) {
+        for (int kb = unit.kb_begin; kb < unit.kb_end; ++kb) {
           // The whole warp waits; lane 0 issues. (With lane 0 alone in this loop and the other
           // lanes parked at the next walk's shuffle, DeepSeek-V3 and Mixtral decode ran 5-10% slower.)
           mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);
@@ -882,16 +894,16 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     unsigned frag0[kSlices][4][4], frag1[kSlices][4][4];
     // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both fragment
     // sets stay in fixed registers. loop: a constant at each call (see issue).
-    auto pipelined_k_loop = [&](int loop) {
+    auto pipelined_k_loop = [&](int loop, int k_blocks) {
       widen(frag0);
       int in_flight = stage;
       issue(frag0, true, loop);
-      for (int kb = 1; kb < num_k_blocks; kb += 2) {
+      for (int kb = 1; kb < k_blocks; kb += 2) {
         widen(frag1);
         retire(in_flight);
         in_flight = stage;
         issue(frag1, false, loop);
-        if (kb + 1 >= num_k_blocks) break;
+        if (kb + 1 >= k_blocks) break;
         widen(frag0);
         retire(in_flight);
         in_flight = stage;
@@ -901,8 +913,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     };
     // One stage at a time (widen, issue, wait): one fragment set, for the loops that would not fit
     // the pipelined one's registers beside their accumulators. loop: as in issue.
-    auto serial_k_loop = [&](int loop) {
-      for (int kb = 0; kb < num_k_blocks; ++kb) {
+    auto serial_k_loop = [&](int loop, int k_blocks) {
+      for (int kb = 0; kb < k_blocks; ++kb) {
         widen(frag0);
         const int in_flight = stage;
         issue(frag0, kb == 0, loop);
@@ -911,7 +923,11 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     };
     for (int tile_iter = 0;; ++tile_iter) {
       const int tile_index = kDynamic ? ring.take_every_lane() : static_tile(tile_iter);
-      if (!seek_tile(tile_index)) break;
+      SplitUnit unit{tile_index, 0, num_k_blocks, -1};
+      if constexpr (kSplitTail) unit = split_unit(p, tile_index, num_k_blocks);
+      if (!seek_tile(unit.tile)) break;
+      // This unit's K blocks: the tile's, or a split piece's.
+      const int k_blocks = kSplitTail ? unit.kb_end - unit.kb_begin : num_k_blocks;
       // acc register 4j + 2h + e of slice i: weight row slice_row(i) + 8h, token 8j + 2(lane%4) + e.
       auto slice_row = [&](int i) {
         return tile.n_block * kRowsW + slice_block * 128 + slice_part(i) * 64 + warp_in_group * 16 + lane / 4;
@@ -936,28 +952,28 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       // their latency hides behind the k-loop (as the row exponents' above).
       W4PassRows<Fuse> first_pass;
       if constexpr (kStagedC && Fuse::epilogue) first_pass.load(*f, tile, tile.m_block * kTokens, lane);
-      if (num_k_blocks > 0) {
+      if (k_blocks > 0) {
         // A group's last tile that holds at most kShortTailTokens of its rows (at decode about half
         // the 32 +- 6-row groups fit in 32; at prefill the 128-token tile absorbs most such tails
         // into the tile before them, kTailRows): the narrow wgmma. The tokens past the group in
         // acc's other registers are never stored.
         const bool short_tail = tile.group_rows - tile.m_block * kTokens <= kShortTailTokens;
         if (kShortTailsOverlapped && short_tail) {
-          pipelined_k_loop(kLoopShortTail);
+          pipelined_k_loop(kLoopShortTail, k_blocks);
         } else if (kShortTailsSerial && short_tail && p.k <= kShortTailMaxK) {
-          serial_k_loop(kLoopShortTail);
+          serial_k_loop(kLoopShortTail, k_blocks);
         } else if (carries_tail(tile)) {
           // 256 tokens: one stage at a time (with the pipelined loop's two fragment sets beside 128 +
           // 12 accumulators ptxas serialized every wgmma, C7512).
           if constexpr (kTokens == 256)
-            serial_k_loop(kLoopWithTail);
+            serial_k_loop(kLoopWithTail, k_blocks);
           else
-            pipelined_k_loop(kLoopWithTail);
+            pipelined_k_loop(kLoopWithTail, k_blocks);
         } else {
-          pipelined_k_loop(kLoopWide);
+          pipelined_k_loop(kLoopWide, k_blocks);
         }
       }
-      if (num_k_blocks == 0) {
+      if (k_blocks == 0) {
 #pragma unroll
         for (int i = 0; i < kSlices; ++i)
 #pragma unroll
@@ -989,6 +1005,11 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
                 acc_tail[i][4 * j + 2 * h] *= factor, acc_tail[i][4 * j + 2 * h + 1] *= factor;
             }
           }
+      }
+      // A piece of a split tile: only the last piece to finish (its consumer warpgroup) stores, with
+      // the others' scaled sums added (barriers 3 and 4; the staged epilogue has 1 and 2).
+      if constexpr (kSplitTail) {
+        if (unit.piece >= 0 && !split_reduce(p, unit, consumer, acc[0], t, 3 + consumer)) continue;
       }
       const int token_base = tile.m_block * kTokens + 2 * (lane % 4);
 #pragma unroll
