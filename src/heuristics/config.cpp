@@ -22,12 +22,17 @@ struct TileChoice {
 // in each of two runs, docs/perf.md v9; Mixtral down 16 tokens 1.5–2.7% slower).
 constexpr TileChoice kHopperLarge = {{128, 256, 64}, 4, 1, 1};
 constexpr TileChoice kHopperSmall = {{64, 128, 64}, 8, 1, 1};
-constexpr double kHopperSmallMaxRows = 64;  // mean rows per active group
-// With K >= 6144 (kPairLongKMinK) the small tile only up to 48 rows: at 64 rows 128x256 took
-// 0.948 / 0.944x the time of 64x128 s8 on DeepSeek-V3 / Kimi-K2-shaped up GEMMs (K = 7168, in turns,
-// plain and gathered alike; H100, docs/results/2026-11-27-v39-bf16-pairs-long-k.txt call 14); at
-// 43-48 rows the two were level (0.997-1.002x).
-constexpr double kHopperSmallMaxRowsLongK = 48;
+// The small tile up to 32 mean rows per active group (64 until v45; 48 where K >= 6144 since v39).
+// At 64 rows 128x256 took 0.948 / 0.944x the time of 64x128 s8 on DeepSeek-V3 / Kimi-K2-shaped up
+// GEMMs (K = 7168, in turns, plain and gathered alike; H100, docs/results/2026-11-27-v39-bf16-pairs-
+// long-k.txt call 14), and at 43-48 rows the two were level (0.997-1.002x). v45, in turns, two
+// processes each (docs/results/2026-11-27-v45-small-tile-*.csv), found the same at shorter K: at 64
+// rows 128x256 took 0.905x on Mixtral up (K = 4096), 0.94-0.98x on Llama 4 up, gpt-oss-120b / -20b,
+// Qwen3-235B and Kimi-K2 down, 0.989 / 1.000x on the suite's Qwen3 1024; at 51-56 rows 0.994-0.999x;
+// at 36-40 rows 0.991-1.004x on six models' 14 GEMMs, but 1.015-1.017x on Qwen3-30B down (K = 768).
+// 32 rather than 48: a power of two, as the shape buckets' rows are, so that one bucket keeps one
+// tile (the high-level call's first problem in a bucket decides for the rest).
+constexpr double kHopperSmallMaxRows = 32;
 // Not where half the rows or more sit in groups of over 128 rows (hot_groups_dominate), whatever
 // the mean: under skewed routing (bench_suite ROUTING=skewed: hot experts beside many small ones) the mean at 1024 tokens
 // is ~37 rows, but the hot groups hold 51-55% of the rows, and 128x256 took 0.94-0.95x the time of
@@ -684,8 +689,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   }
   if (hopper_capable(arch) && !spec.is_weight_only_4bit() && spec.a != DType::e4m3) {
     spec.family = KernelFamily::hopper;
-    const double small_max_rows = problem.k >= kPairLongKMinK ? kHopperSmallMaxRowsLongK : kHopperSmallMaxRows;
-    spec = with_tile(spec, mean_rows <= small_max_rows && !hot_groups_dominate(problem.group_rows) ? kHopperSmall : kHopperLarge);
+    spec = with_tile(spec, mean_rows <= kHopperSmallMaxRows && !hot_groups_dominate(problem.group_rows) ? kHopperSmall : kHopperLarge);
   } else {
     spec.family = KernelFamily::portable;
     spec.fusion.gather_by = GatherLoad::cp_async;  // a Hopper-only choice: the portable family gathers by cp.async
