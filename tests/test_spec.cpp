@@ -142,6 +142,7 @@ TEST_CASE("validation rejects impossible combinations", "[spec]") {
   require_rejected("family=hopper,tile=128x256x64,stages=6", {"shared memory"});
   // FP8 (a = b = e4m3, block scales): what the hopper_fp8 kernel implements so far.
   require_rejected("a=e4m3,b=e4m3,tile=128x256x32,warps=2x4", {"portable FP8: N at most 128"});
+  require_rejected("a=e4m3,b=e4m3,tile=26x56x0", {"portable FP8"});  // K = 0: no division by zero (fuzz_spec, v45)
   require_rejected("family=hopper,a=e4m3,b=bf16", {"b=bf16 with a=e4m3"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x192x128,stages=5", {"c=e4m3"});  // slices of 192 columns
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=256x128x128", {"128x128x128|128x192x128|128x256x128|64x256x128"});

@@ -459,7 +459,8 @@ void KernelSpec::validate() const {
   }
 
   if (family == KernelFamily::portable) {
-    if (a == DType::e4m3 && (tile.n > 128 || 128 % tile.k != 0))
+    // (tile.k <= 0 first: 128 % 0 was a division by zero, found by fuzz_spec in v45's CI.)
+    if (a == DType::e4m3 && (tile.n > 128 || tile.k <= 0 || 128 % tile.k != 0))
       fail("tile {}x{}x{} (portable FP8: N at most 128, one B scale per tile; K dividing the 128-wide scale block)",
            tile.m, tile.n, tile.k);
     if (arch.sm() < 80) fail("arch={} (portable family needs sm_80 or newer)", arch.to_text());
