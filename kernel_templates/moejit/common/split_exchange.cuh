@@ -45,17 +45,25 @@ __device__ __forceinline__ bool split_reduce(const GroupedGemmParams& p, const S
 #pragma unroll
   for (int i = 0; i < kRegs / 4; ++i)
     __stcg(mine + i * 128 + thread_in_group, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-  __threadfence();  // this thread's partial is visible device-wide before thread 0 counts the piece in
-  (void)named_barrier_or<128>(barrier_id, false);  // a plain barrier: the warpgroup's partial is all stored
+  // The warpgroup's partial is all stored (bar.red orders the CTA's memory accesses, as bar.sync
+  // does); thread 0 then counts the piece in with one acq_rel atomic at GPU scope: release for the
+  // stores the barrier ordered before it, acquire for the earlier pieces' partials, which the
+  // second barrier orders before this warpgroup's reads. (Before v46 every thread ran two
+  // __threadfence, MEMBAR.SC.GPU each.)
+  (void)named_barrier_or<128>(barrier_id, false);
   bool last = false;
   if (thread_in_group == 0) {
     int* flag = p.split_flags + tile_of_split * 2 + warpgroup_slot;
-    last = atomicAdd(flag, 1) == p.split_count - 1;
+    int before;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(before) : "l"(flag) : "memory");
+    last = before == p.split_count - 1;
     if (last) atomicExch(flag, 0);  // every piece has arrived: ready for the next launch
   }
-  last = named_barrier_or<128>(barrier_id, last);
+  // A warp vote of the (warpgroup-wide) verdict: ptxas then knows it is warp-uniform. Without it
+  // the 4-bit kernel's consumer loop kept its stage in vector registers (16 R2UR before its
+  // HGMMAs): whole tiles ran 1.03-1.11x the plain kernel's time at decode (v46).
+  last = __any_sync(0xffffffffu, named_barrier_or<128>(barrier_id, last));
   if (!last) return false;
-  __threadfence();  // the other pieces' partials (fenced before their count) are read after ours
   for (int piece = 0; piece < p.split_count; ++piece) {
     if (piece == piece_of_tile) continue;
     const float4* other = slice(piece);
