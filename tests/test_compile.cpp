@@ -685,6 +685,27 @@ TEST_CASE("split=tail plan: the last round's tiles in pieces on otherwise idle C
   CHECK(plan_split_tail(5, 132, 0).count == 1);
 }
 
+TEST_CASE("split=tail plan: the 4-bit decode tile splits from 12 K blocks a piece, up to 12 rounds", "[heuristic]") {
+  const SplitTailLimits limits = split_tail_limits(KernelSpec::parse("family=hopper,b=mxfp4,tile=16x128x64,stages=8"));
+  CHECK(limits.min_k_blocks_per_piece == 12);
+  CHECK(split_tail_limits(KernelSpec::parse("family=hopper,tile=128x256x64,stages=4")).min_k_blocks_per_piece == 16);
+  // 622 tiles on 264 CTAs (gpt-oss-20b down, 16 tokens; K = 2880: 45 blocks): 94 left, 2 pieces
+  // (282 would not fit the CTAs; 45 blocks allow 3).
+  SplitTailPlan p = plan_split_tail(622, 264, 45, limits);
+  CHECK((p.from == 528 && p.tiles == 94 && p.count == 2));
+  CHECK(plan_split_tail(264 + 60, 264, 45, limits).count == 3);
+  CHECK(plan_split_tail(264 + 60, 264, 64, limits).count == 4);
+  // K = 2048 (32 blocks): 2 pieces at most; the defaults (16 blocks) allow 2 as well, 1536 (24) none.
+  CHECK(plan_split_tail(264 + 60, 264, 32, limits).count == 2);
+  CHECK(plan_split_tail(264 + 60, 264, 24, limits).count == 2);
+  CHECK(plan_split_tail(264 + 60, 264, 23, limits).count == 1);
+  // A last round over half the CTAs stays whole; up to 12 rounds (the defaults: 4).
+  CHECK(plan_split_tail(2 * 264 + 144, 264, 64, limits).count == 1);
+  CHECK(plan_split_tail(11 * 264 + 100, 264, 45, limits).count == 2);
+  CHECK(plan_split_tail(12 * 264 + 100, 264, 45, limits).count == 1);
+  CHECK(plan_split_tail(5 * 264 + 100, 264, 45).count == 1);
+}
+
 // CTA pairs along M (cluster=2x1: B multicast; opt-in, docs/design.md): CI compiles two
 // (~10 s on 2 busy cores); "[pairs_m_all]" (hidden) every layout x scheduler x C type and fusions.
 namespace {

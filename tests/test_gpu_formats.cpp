@@ -575,11 +575,13 @@ TEST_CASE("w4: split=tail on the 16- and 32-token tiles, both layouts, flags res
           std::vector<int> tail_groups;
           int target_tiles, k, pieces;
         };
+        // The third: 6 rounds and K = 2048, 2 pieces of 16 K blocks (the 4-bit limits, v46).
         for (Shape shape : {Shape{{0, 1, tokens + 1, 3, 0, 2 * tokens}, ctas + ctas / 4, 4096, 4},
-                            Shape{{tokens + 1, 0, 1, 5 * tokens, 0}, ctas / 3, 3136, 3}}) {
+                            Shape{{tokens + 1, 0, 1, 5 * tokens, 0}, ctas / 3, 3136, 3},
+                            Shape{{1, 2 * tokens + 3, 0, tokens}, 5 * ctas + ctas * 2 / 5, 2048, 2}}) {
           const std::vector<int> rows = rows_for_tile_count(shape.tail_groups, shape.target_tiles, tokens, n_tiles);
           const long long tiles = tile_count(rows, tokens, n_tiles);
-          const SplitTailPlan plan = plan_split_tail(tiles, ctas, (shape.k + 63) / 64);
+          const SplitTailPlan plan = plan_split_tail(tiles, ctas, (shape.k + 63) / 64, split_tail_limits(spec));
           INFO(fmt::format("{}: {} tiles on {} CTAs: {} tiles from {} in {} pieces", spec.to_text(), tiles, ctas, plan.tiles,
                            plan.from, plan.count));
           CHECK(plan.count == shape.pieces);

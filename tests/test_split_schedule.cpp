@@ -120,6 +120,16 @@ TEST_CASE("split=tail units: every K block of every tile once, static and dynami
       }
 }
 
+TEST_CASE("split=tail units: the 4-bit decode tile's plans (12 rounds, 12 K blocks a piece)", "[split][heuristic]") {
+  const SplitTailLimits w4 = split_tail_limits(KernelSpec::parse("family=hopper,b=nvfp4,tile=16x128x64,stages=8"));
+  for (int ctas : {6, 264})
+    for (int tiles : {ctas / 3 + 1, ctas / 5 + 2, 5 * ctas + ctas / 4, 11 * ctas + ctas / 2 - 1})
+      for (int k_blocks : {24, 32, 45}) {
+        const SplitTailPlan plan = plan_split_tail(tiles, ctas, k_blocks, w4);
+        check_schedules(with_plan(plan), tiles, k_blocks, ctas);
+      }
+}
+
 TEST_CASE("split=tail units: a plan that disagrees with the device's tiles stays exact and in bounds", "[split][heuristic]") {
   // The host planned for `planned` tiles; the device's groups hold `tiles`: fewer (split tiles
   // missing, or past the split range), more (whole tiles after the pieces). Also plans the kernel

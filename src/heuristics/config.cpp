@@ -44,6 +44,15 @@ constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 // 128x256 whose last partial round runs in pieces of K (split=tail, plan_split_tail).
 constexpr TileChoice kHopperLargeSplit = {{128, 256, 64}, 4, 1, 1, 1, SplitK::tail};
 constexpr int kSplitTailMinK = 4096;
+// The 4-bit decode tile (16 tokens; v46): its split kernel runs whole tiles within 0-2% of the
+// plain one since split_reduce's verdict is a warp vote and its release one atomic, so the
+// launches split from K = 2048 and up to 12 rounds, pieces of at least 12 K blocks (768 of K). In
+// turns on the H100 (MXFP4, 11 models, 8-64 tokens): 0.84-0.98x the time at 1-6 rounds (K = 2048:
+// DeepSeek-V3 EP8 down 0.95-0.96, Qwen3 up 0.97), 0.98-1.00x at 7-12 rounds but GLM-4.5 up at
+// 10-11 rounds 1.005; pieces of 8 K blocks (4 of K = 2048) 1.005.
+constexpr int kW4SplitMinKBlocksPerPiece = 12;
+constexpr int kW4SplitTailMinK = 2048;
+constexpr int kW4SplitMaxRounds = 12;
 // Absorbed tail rows (tail=24, v40): a group's last whole 128-row tile also multiplies the up to 24
 // rows past it, where at least 1 / kTailMinShareInverse of the active groups end that way (random
 // routing ends about half of the groups a few rows into a tile) and the groups are short of
@@ -378,21 +387,21 @@ KernelSpec with_tile(KernelSpec spec, const TileChoice& t) {
 }  // namespace
 
 // The last round's R tiles are cut into S <= ctas / R pieces, so it takes 1/S of a tile's time.
-// Each piece keeps at least kMinKBlocksPerPiece K blocks: its partial sums (128 KB for 128x256)
+// Each piece keeps at least min_k_blocks_per_piece K blocks: its partial sums (128 KB for 128x256)
 // go out to the workspace and the last piece reads the others back, a few K blocks' worth of time.
-// At most kMaxPieces: the last piece reads S - 1 partials on its own. At most kMaxRounds rounds:
-// the split kernels run 1-8% slower than the plain ones on every tile (FP8 Qwen3 up 1.07x where
-// nothing was split; docs/perf.md v14), which a tail saving (1 - 1/S) of one round in many does
-// not repay (FP8 Mixtral down 4096, 11 rounds: 1.01-1.02x; bf16 Mixtral down 4096, 9 rounds).
-SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks) {
-  constexpr int kMinKBlocksPerPiece = 16;
-  constexpr long long kMaxPieces = 4;
-  constexpr long long kMaxRounds = 4;
+// At most max_pieces: the last piece reads S - 1 partials on its own. At most max_rounds rounds:
+// the 16-bit and FP8 split kernels run 1-8% slower than the plain ones on every tile (FP8 Qwen3 up
+// 1.07x where nothing was split; docs/perf.md v14), which a tail saving (1 - 1/S) of one round in
+// many does not repay (FP8 Mixtral down 4096, 11 rounds: 1.01-1.02x; bf16 Mixtral down 4096, 9
+// rounds). A last round over half the CTAs is not split: with pieces sharing CTAs (3 pieces in 2
+// rounds of thirds, 4 in 3 of quarters) the 4-bit decode tile ran 0.97-1.10x the time (v46).
+SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks, const SplitTailLimits& limits) {
   SplitTailPlan plan;
-  if (tiles <= 0 || ctas < 2 || k_blocks <= 0 || tiles > kMaxRounds * ctas) return plan;
+  if (tiles <= 0 || ctas < 2 || k_blocks <= 0 || tiles > limits.max_rounds * ctas) return plan;
   const long long last_round = tiles % ctas;
   if (last_round == 0) return plan;
-  const long long count = std::min({ctas / last_round, kMaxPieces, (long long)(k_blocks / kMinKBlocksPerPiece)});
+  const long long count = std::min({ctas / last_round, (long long)limits.max_pieces,
+                                    (long long)(k_blocks / limits.min_k_blocks_per_piece)});
   if (count < 2) return plan;
   plan.from = static_cast<int>(tiles - last_round);
   plan.tiles = static_cast<int>(last_round);
@@ -403,13 +412,14 @@ SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks) {
 namespace {
 // The kernels that have split=tail, on the tiles the heuristic gives long-K launches: the 16-bit
 // 128x256 and the FP8 128x192, unfused, single CTAs; and the 4-bit 16-token decode tile (static,
-// two CTAs per SM; v45).
+// two CTAs per SM; v45; from K = 2048 since v46).
 bool may_split_tail(const KernelSpec& spec, int k) {
   if (spec.family != KernelFamily::hopper || spec.cluster_m != 1 || spec.cluster_n != 1 || spec.fusion.any() ||
-      spec.c == DType::e4m3 || k < kSplitTailMinK)
+      spec.c == DType::e4m3)
     return false;
   if (spec.is_weight_only_4bit())
-    return spec.tile == kW4Tiny.tile && spec.scheduler == Scheduler::static_persistent;
+    return k >= kW4SplitTailMinK && spec.tile == kW4Tiny.tile && spec.scheduler == Scheduler::static_persistent;
+  if (k < kSplitTailMinK) return false;
   if (spec.a == DType::bf16 || spec.a == DType::f16) return spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages;
   if (spec.a == DType::e4m3 && spec.b == DType::e4m3) return spec.tile == kFp8Wide.tile && spec.stages == kFp8Wide.stages;
   return false;
@@ -429,10 +439,19 @@ KernelSpec with_split_tail(KernelSpec spec, const GemmProblem& problem, long lon
   for (int r : problem.group_rows) exact += (std::max(r, 0) + spec.tile.m - 1) / spec.tile.m * n_tiles;
   const long long tiles = problem.group_rows.empty() ? estimate : exact;
   const long long ctas = (long long)sm_count * spec.min_ctas_per_sm();  // the 4-bit decode tiles run two per SM
-  if (plan_split_tail(tiles, ctas, (problem.k + spec.tile.k - 1) / spec.tile.k).count > 1) spec.split = SplitK::tail;
+  if (plan_split_tail(tiles, ctas, (problem.k + spec.tile.k - 1) / spec.tile.k, split_tail_limits(spec)).count > 1)
+    spec.split = SplitK::tail;
   return spec;
 }
 }  // namespace
+
+SplitTailLimits split_tail_limits(const KernelSpec& spec) {
+  if (!spec.is_weight_only_4bit()) return {};
+  SplitTailLimits limits;
+  limits.min_k_blocks_per_piece = kW4SplitMinKBlocksPerPiece;
+  limits.max_rounds = kW4SplitMaxRounds;
+  return limits;
+}
 
 std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k, long long max_group_rows) {
   std::vector<KernelSpec> out = {chosen};
@@ -621,8 +640,8 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     // the 40 suite cases, slower on 39 (MXFP4) and 33 (NVFP4) of 40, decode to prefill.
     spec.scheduler = Scheduler::static_persistent;
     // A 16-token launch whose last round would leave half the CTAs idle runs it in pieces of K
-    // (split=tail, K >= 4096; with the host's counts): few long tiles, as Mixtral-8x22B's down GEMM
-    // at 16 tokens (384 tiles on 264 CTAs; docs/perf.md v45).
+    // (split=tail, K >= 2048, up to 12 rounds; with the host's counts): Mixtral-8x22B's down GEMM at
+    // 16 tokens (384 tiles on 264 CTAs; docs/perf.md v45), gpt-oss-20b down (v46).
     spec = with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count);
     spec.validate();
     return spec;

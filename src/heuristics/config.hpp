@@ -84,8 +84,17 @@ struct SplitTailPlan {
   int count = 1;
   long long units(long long all_tiles) const { return all_tiles + (long long)tiles * (count - 1); }
 };
+// What a kernel's pieces may be (split_tail_limits): each keeps at least min_k_blocks_per_piece K
+// blocks, a tile is cut in at most max_pieces, and launches of more than max_rounds rounds split nothing.
+struct SplitTailLimits {
+  int min_k_blocks_per_piece = 16;
+  int max_pieces = 4;
+  int max_rounds = 4;
+};
 // From the exact tile count, the persistent CTAs (SMs x CTAs per SM) and K blocks per tile.
-SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks);
+SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks, const SplitTailLimits& limits = {});
+// The limits of `spec`'s kernel: the defaults, and the 4-bit decode tiles' (config.cpp, kW4Split*).
+SplitTailLimits split_tail_limits(const KernelSpec& spec);
 // Whether a launch of `spec` copies its weights with an L2 evict_first hint
 // (GroupedGemmParams::weight_l2_evict_first): the 4-bit Hopper kernel's decode tiles (<= 64
 // tokens) where the packed weights (n x k codes) of the experts it can read, at most

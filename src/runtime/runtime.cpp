@@ -88,6 +88,7 @@ struct Runtime::Impl {
   }
   static constexpr std::size_t kSplitTileFloats = 128 * 256;  // the largest Hopper 16-bit tile
   std::size_t split_partial_floats() const { return (std::size_t)std::max(sm_count, 1) * kSplitTileFloats; }
+  // Two flags (one per consumer warpgroup) per split tile: at most half a round of two CTAs per SM.
   std::size_t split_flag_count() const { return (std::size_t)std::max(sm_count, 1) * 2; }
   const DeviceBuffer& split_workspace(Stream stream) {
     std::lock_guard lock(counters_mutex);
@@ -227,9 +228,10 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
   if (spec.split == SplitK::tail && groups) {
     // The exact tile count decides the split (count_tiles is exact with the host's groups; without
     // them every tile runs whole). At most one piece per CTA: R x S <= ctas tiles of partial sums,
-    // which the workspace (one 128x256 tile per SM) holds for the one-CTA-per-SM kernels that split;
-    // a plan it could not hold runs whole tiles.
-    const SplitTailPlan plan = plan_split_tail(tiles, ctas, (args.k + spec.tile.k - 1) / spec.tile.k);
+    // which the workspace (one 128x256 tile per SM) holds for the one-CTA-per-SM kernels that split
+    // and the 4-bit decode tiles' (16 x 128 or 32 x 128, two CTAs per SM); a plan it could not hold
+    // runs whole tiles.
+    const SplitTailPlan plan = plan_split_tail(tiles, ctas, (args.k + spec.tile.k - 1) / spec.tile.k, split_tail_limits(spec));
     const std::size_t floats = (std::size_t)plan.tiles * plan.count * spec.tile.m * spec.tile.n;
     if (plan.count > 1 && floats <= rt.split_partial_floats() && (std::size_t)plan.tiles * 2 <= rt.split_flag_count()) {
       const DeviceBuffer& ws = rt.split_workspace(stream);
