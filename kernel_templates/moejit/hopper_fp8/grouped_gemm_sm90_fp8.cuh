@@ -224,9 +224,9 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   constexpr bool kStaged = fp8_c_staged<kBlockM, kBlockN, kStages>();
   // Warp-uniform values through a shuffle from lane 0, so that ptxas keeps the descriptors' per-stage
   // and per-k-step sums in uniform registers (DeepGEMM's hint; docs/perf.md v29: 210 -> 192 SASS
-  // instructions per k-block on 128x192, R2UR 16 -> 4). Not in the split=tail kernels: there the
-  // shuffles' registers made ptxas spill 24-40 bytes (128x192).
-  constexpr bool kUniformHints = !kSplitTail;
+  // instructions per k-block on 128x192, R2UR 16 -> 4). The split=tail kernels too since v46 (before
+  // split_reduce's warp vote the shuffles' registers made ptxas spill 24-40 bytes there; without
+  // them whole tiles ran 1.05-1.23x the plain kernel's time at 4096-16384 tokens, now 1.02-1.05x).
   // cluster=2x1 (v30): CTA pairs take the two M tiles 2i, 2i+1 of one (group, N tile) and share B:
   // each rank loads its own A and one half of the B tile (kBlockN/2 rows: the B map's box),
   // multicast to both, so a CTA pulls 16 + 16 KB instead of 16 + 32 KB per 128x256 k-block from L2
@@ -243,7 +243,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   const unsigned rank = kPairM ? cluster_ctarank() : 0u;
   const int cluster_id = kPairM ? cluster_id_x() : (int)blockIdx.x;
   const int clusters = kPairM ? cluster_count_x() : (int)gridDim.x;
-  auto uniform = [](auto value) { return kUniformHints ? __shfl_sync(0xffffffffu, value, 0) : value; };
+  auto uniform = [](auto value) { return __shfl_sync(0xffffffffu, value, 0); };
 
   // Layout: [A stages][B stages][C staging, if kStaged][scale stages][full bars][empty bars][tile ring]
   // [mix=R: the mixed order's two stream sizes] (in the barrier bytes: a static __shared__ array
