@@ -695,7 +695,7 @@ TEST_CASE("split=tail plan: the 4-bit decode tile splits from 12 K blocks a piec
   CHECK((p.from == 528 && p.tiles == 94 && p.count == 2));
   CHECK(plan_split_tail(264 + 60, 264, 45, limits).count == 3);
   CHECK(plan_split_tail(264 + 60, 264, 64, limits).count == 4);
-  // K = 2048 (32 blocks): 2 pieces at most; the defaults (16 blocks) allow 2 as well, 1536 (24) none.
+  // K = 2048 (32 blocks) and 1536 (24): 2 pieces at most; 23 blocks: none.
   CHECK(plan_split_tail(264 + 60, 264, 32, limits).count == 2);
   CHECK(plan_split_tail(264 + 60, 264, 24, limits).count == 2);
   CHECK(plan_split_tail(264 + 60, 264, 23, limits).count == 1);

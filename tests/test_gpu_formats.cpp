@@ -575,7 +575,7 @@ TEST_CASE("w4: split=tail on the 16- and 32-token tiles, both layouts, flags res
           std::vector<int> tail_groups;
           int target_tiles, k, pieces;
         };
-        // The third: 6 rounds and K = 2048, 2 pieces of 16 K blocks (the 4-bit limits, v46).
+        // The third: 5.4 rounds and K = 2048, 2 pieces of 16 K blocks (the 4-bit limits, v46).
         for (Shape shape : {Shape{{0, 1, tokens + 1, 3, 0, 2 * tokens}, ctas + ctas / 4, 4096, 4},
                             Shape{{tokens + 1, 0, 1, 5 * tokens, 0}, ctas / 3, 3136, 3},
                             Shape{{1, 2 * tokens + 3, 0, tokens}, 5 * ctas + ctas * 2 / 5, 2048, 2}}) {

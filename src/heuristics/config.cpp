@@ -44,7 +44,7 @@ constexpr TileChoice kHopperLargePair = {{128, 256, 64}, 4, 1, 1, 2};
 // 128x256 whose last partial round runs in pieces of K (split=tail, plan_split_tail).
 constexpr TileChoice kHopperLargeSplit = {{128, 256, 64}, 4, 1, 1, 1, SplitK::tail};
 constexpr int kSplitTailMinK = 4096;
-// The 4-bit decode tile (16 tokens; v46): its split kernel runs whole tiles within 0-2% of the
+// The 4-bit decode tile (16 tokens; v46): its split kernel runs whole tiles within 0-3% of the
 // plain one since split_reduce's verdict is a warp vote and its release one atomic, so the
 // launches split from K = 2048 and up to 12 rounds, pieces of at least 12 K blocks (768 of K). In
 // turns on the H100 (MXFP4, 11 models, 8-64 tokens): 0.84-0.98x the time at 1-6 rounds (K = 2048:
