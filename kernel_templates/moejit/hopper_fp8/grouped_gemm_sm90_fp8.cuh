@@ -226,7 +226,9 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // and per-k-step sums in uniform registers (DeepGEMM's hint; docs/perf.md v29: 210 -> 192 SASS
   // instructions per k-block on 128x192, R2UR 16 -> 4). The split=tail kernels too since v46 (before
   // split_reduce's warp vote the shuffles' registers made ptxas spill 24-40 bytes there; without
-  // them whole tiles ran 1.03-1.23x the plain kernel's time at 4096-16384 tokens, now 1.02-1.05x).
+  // them whole tiles ran 1.03-1.23x the plain kernel's time at 4096-16384 tokens, now 1.02-1.05x),
+  // but for f32 C: there 128x192 at 4 stages on the dynamic scheduler spilled 20 bytes with them.
+  constexpr bool kUniformHints = !kSplitTail || kTypeC != kF32;
   // cluster=2x1 (v30): CTA pairs take the two M tiles 2i, 2i+1 of one (group, N tile) and share B:
   // each rank loads its own A and one half of the B tile (kBlockN/2 rows: the B map's box),
   // multicast to both, so a CTA pulls 16 + 16 KB instead of 16 + 32 KB per 128x256 k-block from L2
@@ -243,7 +245,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   const unsigned rank = kPairM ? cluster_ctarank() : 0u;
   const int cluster_id = kPairM ? cluster_id_x() : (int)blockIdx.x;
   const int clusters = kPairM ? cluster_count_x() : (int)gridDim.x;
-  auto uniform = [](auto value) { return __shfl_sync(0xffffffffu, value, 0); };
+  auto uniform = [](auto value) { return kUniformHints ? __shfl_sync(0xffffffffu, value, 0) : value; };
 
   // Layout: [A stages][B stages][C staging, if kStaged][scale stages][full bars][empty bars][tile ring]
   // [mix=R: the mixed order's two stream sizes] (in the barrier bytes: a static __shared__ array
