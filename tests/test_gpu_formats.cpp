@@ -581,7 +581,7 @@ TEST_CASE("w4: split=tail on the 16- and 32-token tiles, both layouts, flags res
                             Shape{{1, 2 * tokens + 3, 0, tokens}, 5 * ctas + ctas * 2 / 5, 2048, 2}}) {
           const std::vector<int> rows = rows_for_tile_count(shape.tail_groups, shape.target_tiles, tokens, n_tiles);
           const long long tiles = tile_count(rows, tokens, n_tiles);
-          const SplitTailPlan plan = plan_split_tail(tiles, ctas, (shape.k + 63) / 64, split_tail_limits(spec));
+          const SplitTailPlan plan = plan_split_tail(spec, tiles, ctas, shape.k);
           INFO(fmt::format("{}: {} tiles on {} CTAs: {} tiles from {} in {} pieces", spec.to_text(), tiles, ctas, plan.tiles,
                            plan.from, plan.count));
           CHECK(plan.count == shape.pieces);

@@ -439,8 +439,7 @@ KernelSpec with_split_tail(KernelSpec spec, const GemmProblem& problem, long lon
   for (int r : problem.group_rows) exact += (std::max(r, 0) + spec.tile.m - 1) / spec.tile.m * n_tiles;
   const long long tiles = problem.group_rows.empty() ? estimate : exact;
   const long long ctas = (long long)sm_count * spec.min_ctas_per_sm();  // the 4-bit decode tiles run two per SM
-  if (plan_split_tail(tiles, ctas, (problem.k + spec.tile.k - 1) / spec.tile.k, split_tail_limits(spec)).count > 1)
-    spec.split = SplitK::tail;
+  if (plan_split_tail(spec, tiles, ctas, problem.k).count > 1) spec.split = SplitK::tail;
   return spec;
 }
 }  // namespace
@@ -451,6 +450,10 @@ SplitTailLimits split_tail_limits(const KernelSpec& spec) {
   limits.min_k_blocks_per_piece = kW4SplitMinKBlocksPerPiece;
   limits.max_rounds = kW4SplitMaxRounds;
   return limits;
+}
+
+SplitTailPlan plan_split_tail(const KernelSpec& spec, long long tiles, long long ctas, int k) {
+  return plan_split_tail(tiles, ctas, (k + spec.tile.k - 1) / spec.tile.k, split_tail_limits(spec));
 }
 
 std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k, long long max_group_rows) {

@@ -95,6 +95,9 @@ struct SplitTailLimits {
 SplitTailPlan plan_split_tail(long long tiles, long long ctas, int k_blocks, const SplitTailLimits& limits = {});
 // The limits of `spec`'s kernel: the defaults, and the 4-bit decode tiles' (config.cpp, kW4Split*).
 SplitTailLimits split_tail_limits(const KernelSpec& spec);
+// The plan a launch of `spec` with K = k runs (its tile's K blocks, its kernel's limits): the one
+// function the heuristic and the launch both ask, so that they agree.
+SplitTailPlan plan_split_tail(const KernelSpec& spec, long long tiles, long long ctas, int k);
 // Whether a launch of `spec` copies its weights with an L2 evict_first hint
 // (GroupedGemmParams::weight_l2_evict_first): the 4-bit Hopper kernel's decode tiles (<= 64
 // tokens) where the packed weights (n x k codes) of the experts it can read, at most

@@ -231,7 +231,7 @@ void launch_loaded(Runtime::Impl& rt, const LoadedKernel& k, const GroupedGemmAr
     // which the workspace (one 128x256 tile per SM) holds for the one-CTA-per-SM kernels that split
     // and the 4-bit decode tiles' (16 x 128 or 32 x 128, two CTAs per SM); a plan it could not hold
     // runs whole tiles.
-    const SplitTailPlan plan = plan_split_tail(tiles, ctas, (args.k + spec.tile.k - 1) / spec.tile.k, split_tail_limits(spec));
+    const SplitTailPlan plan = plan_split_tail(spec, tiles, ctas, args.k);
     const std::size_t floats = (std::size_t)plan.tiles * plan.count * spec.tile.m * spec.tile.n;
     if (plan.count > 1 && floats <= rt.split_partial_floats() && (std::size_t)plan.tiles * 2 <= rt.split_flag_count()) {
       const DeviceBuffer& ws = rt.split_workspace(stream);
