@@ -790,6 +790,23 @@ TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group (768 on a layer
   }
   CHECK(choose_fused("scatter+weight+atomic", "none").tail == 0);
   CHECK(choose_fused("scatter+weight", "silu").tail == 24);
+  // Tail rows before the split where they fit the launch in one round (v47; Mixtral down at 512 tokens).
+  {
+    std::vector<int> rows = {120, 131, 125, 140, 118, 127, 135, 128};  // plain: 11 M tiles x 16 N tiles, 1.33 rounds
+    KernelSpec one_round = choose(rows, 4096, 14336);                    // tail rows: 8 x 16 = 128 tiles
+    CHECK(one_round.tail == 24);
+    CHECK(one_round.split == SplitK::none);
+    CHECK(one_round.cluster_m * one_round.cluster_n == 1);
+    rows[3] = 160;  // ends 32 rows in: 9 M tiles with tail rows, two rounds; the split keeps the launch
+    KernelSpec two_rounds = choose(rows, 4096, 14336);
+    CHECK(two_rounds.split == SplitK::tail);
+    CHECK(two_rounds.tail == 0);
+    // Mixtral-8x22B down at 512 tokens: 12 M tiles x 24 (2.18 rounds, the last cut in 4) against 8 x 24
+    // with tail rows (1.45 rounds): split.
+    KernelSpec wide = choose({130, 140, 129, 150, 120, 110, 125, 127}, 6144, 16384);
+    CHECK(wide.split == SplitK::tail);
+    CHECK(wide.tail == 0);
+  }
 }
 
 TEST_CASE("pairs sharing A (1x2) with tail rows become pairs sharing B (2x1) where the tail rows leave nearly every group an even M-tile count (v42)", "[tuning][heuristic]") {

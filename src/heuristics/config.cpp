@@ -107,6 +107,14 @@ constexpr double kTailMaxMeanRowsScatter = 768;
 // layer router's groups (no round saved) and 0.88-0.97x under the suite's (3 rounds -> 2); at 4096
 // tokens (1024 rows, ~9 rounds) 0.95x in one routing and 1.00x in another.
 constexpr long long kTailRoundRuleMaxRounds = 12;
+// Tail rows before the split (v47): where the split plan (with_split_tail) would cut the plain tiles'
+// last round into pieces but absorbed tail rows leave every tile in one round, tail rows win: all
+// tiles run at once, where the split launch runs a whole round and then its pieces. In turns on the
+// H100, bf16 Mixtral down at 512 tokens (8 groups of 128 +- 11 rows; plain tiles 1.21-1.45 rounds,
+// the last cut in 2-4, against one round with tail rows): tail rows 0.91-0.97x the split's time on 6
+// routings in 2 processes (docs/results/2026-11-27-v47-bf16-tails-before-split.csv; v46: 0.93-0.94x).
+// Where tail rows still need two rounds (Mixtral-8x22B down 512: 1.45 rounds against 2.18-2.36 split)
+// the split took 0.95-1.00x theirs, and keeps the launch.
 // CTA pairs with tail rows: where the first pair rule shares A (1x2) and the launch takes tail rows,
 // pairs sharing B (2x1) instead, when with the tail rows at most 1 / kEvenPairShareInverse of the
 // active groups have an odd M-tile count. 2x1 lost where odd counts left a group's last M tile to be
@@ -140,6 +148,25 @@ long long tail_rounds(const KernelSpec& spec, std::span<const int> group_rows, i
   const long long clusters = std::max(1, sm_count / (spec.cluster_m * spec.cluster_n));
   return (units + clusters - 1) / clusters;
 }
+// Absorbed tail rows where the host's group sizes show enough groups ending 1-24 rows past a
+// whole tile: such a tile of its own loads the whole B tile for a few rows (docs/perf.md v40).
+// Unfused, a layer's GEMM2 (scattered rows, weighted, biased: Fusion::linear_scatter; v41) or its
+// gathered GEMM1 (v42): any fusion but atomics. Short launches by the rounds they save, long ones
+// by the rows per group (v41). `spec`: the 16-bit choice so far, without split.
+bool absorbed_tails_pay(const KernelSpec& spec, const GemmProblem& problem, long long active, double mean_rows, int sm_count) {
+  if (spec.family != KernelFamily::hopper || spec.tile != kHopperLarge.tile || spec.stages != kHopperLarge.stages ||
+      spec.split != SplitK::none || spec.fusion.atomic || spec.c == DType::e4m3 || problem.group_rows.empty())
+    return false;
+  long long ending_in_tail = 0;
+  for (int r : problem.group_rows)
+    if (ends_in_tail(r, spec.tile.m)) ++ending_in_tail;
+  const long long rounds = tail_rounds(spec, problem.group_rows, problem.n, sm_count, false);
+  const bool pays = rounds <= kTailRoundRuleMaxRounds
+                        ? tail_rounds(spec, problem.group_rows, problem.n, sm_count, true) < rounds
+                        : mean_rows < (spec.fusion.linear_scatter() ? kTailMaxMeanRowsScatter : kTailMaxMeanRows);
+  return ending_in_tail * kTailMinShareInverse >= active && pays;
+}
+
 // FP8 block-scaled (hopper_fp8/). 128x192: each consumer 64x192, 1.5x the MMA work per promotion
 // and per A byte of 128x128. Re-measured on v13's kernels (H100, same process, two processes, every
 // tile x scheduler at 1024/4096/16384 tokens; docs/results/2026-11-25-v13-fp8-tile-sweep.txt):
@@ -751,30 +778,26 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     }
   }
   spec = with_split_tail(spec, problem, tiles, sm_count);
+  // Where absorbed tail rows put every tile of the launch in one round, they beat the split of the
+  // plain tiles' last round (see kTailRoundRuleMaxRounds); single CTAs, as measured.
+  bool tails_in_one_round = false;
+  if (spec.split == SplitK::tail) {
+    KernelSpec whole = spec;
+    whole.split = SplitK::none;
+    if (absorbed_tails_pay(whole, problem, active, mean_rows, sm_count) &&
+        tail_rounds(whole, problem.group_rows, problem.n, sm_count, true) == 1)
+      spec = whole, tails_in_one_round = true;
+  }
   // Below 256 rows per group, long K or large experts: pairs sharing B on the dynamic scheduler
   // (v39, v45), unless the single CTAs' last round splits along K (split=tail: Mixtral down at 512
-  // tokens 0.91x of 2x1).
+  // tokens 0.91x of 2x1) or tail rows fit the launch in one round.
   const bool large_experts = problem.k >= kPairLongKMinK || (long long)problem.n * problem.k >= kPairMinWeightsPerGroup;
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && spec.scheduler == Scheduler::dynamic &&
-      spec.split != SplitK::tail && large_experts && mean_rows >= kPairLongKMinRows && mean_rows < 256)
+      spec.split != SplitK::tail && !tails_in_one_round && large_experts && mean_rows >= kPairLongKMinRows && mean_rows < 256)
     spec.cluster_m = 2;
-  // Absorbed tail rows where the host's group sizes show enough groups ending 1-24 rows past a
-  // whole tile: such a tile of its own loads the whole B tile for a few rows (docs/perf.md v40).
-  // Unfused, a layer's GEMM2 (scattered rows, weighted, biased: Fusion::linear_scatter; v41) or its
-  // gathered GEMM1 (v42): any fusion but atomics. Short launches by the rounds they save, long ones
-  // by the rows per group (v41).
-  if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.stages == kHopperLarge.stages &&
-      spec.split == SplitK::none && !spec.fusion.atomic && spec.c != DType::e4m3 &&
-      !problem.group_rows.empty()) {
-    long long ending_in_tail = 0;
-    for (int r : problem.group_rows)
-      if (ends_in_tail(r, spec.tile.m)) ++ending_in_tail;
-    const long long rounds = tail_rounds(spec, problem.group_rows, problem.n, sm_count, false);
-    const bool pays = rounds <= kTailRoundRuleMaxRounds
-                          ? tail_rounds(spec, problem.group_rows, problem.n, sm_count, true) < rounds
-                          : mean_rows < (spec.fusion.linear_scatter() ? kTailMaxMeanRowsScatter : kTailMaxMeanRows);
-    if (ending_in_tail * kTailMinShareInverse >= active && pays) spec.tail = kTailRows;
-    if (spec.tail != 0 && spec.cluster_n == 2) {
+  if (spec.split == SplitK::none && absorbed_tails_pay(spec, problem, active, mean_rows, sm_count)) {
+    spec.tail = kTailRows;
+    if (spec.cluster_n == 2) {
       long long odd = 0;
       for (int r : problem.group_rows)
         if (r > 0) odd += m_tiles_of(r, spec.tile.m, true) % 2;
