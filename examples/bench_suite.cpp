@@ -249,6 +249,9 @@ moejit::GroupedGemmArgs args_for(const moejit::KernelSpec& spec, moejit::Grouped
 // clocks and heat. Timed one after another, a config's time at 16384 tokens moved ±5-25% with its
 // place in the sequence (H100 at its 700 W cap, docs/perf.md v17). Returns each config's median.
 // `args` holds one set of arguments per kernel (args_for: the fusion operands its spec takes).
+// The order rotates from round to round, so that no config always follows the same one: in a fixed
+// order, one bf16 kernel timed in two places of the same turn read 3.5-4% apart at 0.4-0.6 ms a launch
+// (H100, docs/perf.md v47).
 std::vector<double> time_interleaved(const std::vector<moejit::Kernel>& kernels, const std::vector<moejit::GroupedGemmArgs>& args,
                                      cudaEvent_t start, cudaEvent_t stop, float warmup_ms, void* l2_flush) {
   float round_ms = 0;
@@ -276,7 +279,8 @@ std::vector<double> time_interleaved(const std::vector<moejit::Kernel>& kernels,
     check(cudaEventCreate(&end[i]), "event");
   }
   for (int r = 0; r < rounds; ++r)
-    for (std::size_t j = 0; j < kernels.size(); ++j) {
+    for (std::size_t turn = 0; turn < kernels.size(); ++turn) {
+      const std::size_t j = (turn + static_cast<std::size_t>(r)) % kernels.size();
       check(cudaMemsetAsync(l2_flush, 0, kL2FlushBytes), "L2 flush");
       cudaEventRecord(begin[r * kernels.size() + j]);
       kernels[j].launch(args[j], nullptr);

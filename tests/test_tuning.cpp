@@ -262,6 +262,29 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
     s = choose_spec(down768, kHopper, 132);
     CHECK((s.cluster_m == 2 && s.split == SplitK::none));
   }
+  {  // K >= 8192, unfused: pairs from 136 rows, without tail rows (v47: Mixtral down at 544-608 tokens)
+    auto choose = [](std::vector<int> rows, int n, int k, const char* fuse = "") {
+      long long total = 0;
+      for (int r : rows) total += r;
+      GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)rows.size(), n, k, total, rows};
+      if (*fuse) p.fusion = KernelSpec::parse(fuse).fusion;
+      return choose_spec(p, kHopper, 132);
+    };
+    const std::vector<int> mixtral_22b = {130, 140, 136, 141, 139, 133, 137, 132};  // 136 rows; tail rows: 1.45 rounds
+    KernelSpec s = choose(mixtral_22b, 6144, 16384);
+    CHECK((s.cluster_m == 2 && s.tail == 0 && s.split == SplitK::none));
+    const std::vector<int> mixtral_608 = {145, 160, 150, 155, 148, 158, 149, 153};  // 152 rows; tail rows: 1.45 rounds
+    s = choose(mixtral_608, 4096, 14336);
+    CHECK((s.cluster_m == 2 && s.tail == 0));
+    // Tail rows that fit the launch in one round come first (8 x 16 tiles).
+    s = choose({140, 150, 145, 138, 152, 147, 139, 149}, 4096, 14336);
+    CHECK((s.cluster_m == 1 && s.tail == 24));
+    // Not below K = 8192 (Mixtral-8x22B up, K = 6144), not fused: as before (tail rows, single CTAs).
+    s = choose(mixtral_22b, 32768, 6144);
+    CHECK(s.cluster_m == 1);
+    s = choose(mixtral_608, 4096, 14336, "fuse=scatter+weight");
+    CHECK(s.cluster_m == 1);
+  }
   // Empty groups do not count: 4 experts of 1024 rows among 256 keep the 2x1 candidates.
   std::vector<int> sparse(256, 0);
   for (int g = 0; g < 4; ++g) sparse[g * 64] = 1024;  // (the mean over active experts: 1024)

@@ -379,6 +379,22 @@ bool hopper_capable(const Arch& arch) { return arch.sm() == 90 && arch.arch_spec
 constexpr int kPairLongKMinK = 6144;
 constexpr long long kPairMinWeightsPerGroup = 12LL << 20;  // N x K elements (24 MiB of bf16)
 constexpr double kPairLongKMinRows = 160;                  // mean rows per active group
+// Unfused launches with very long K (Mixtral down: K = 14336, 16384) take those pairs from 136 rows:
+// there nearly every group holds two M tiles (128 + a few rows), so every pair shares its B tile, and
+// each B tile is long. In turns on the H100 (order rotated each round, two processes each): first
+// (docs/results/2026-11-27-v47-bf16-pairs-long-k.csv) 2x1 took 0.91 / 0.87x the time of single CTAs
+// on Mixtral-8x7B down 576 / 608 tokens (144 / 152 rows), 0.96 / 0.98x of tail rows on Mixtral-8x22B
+// down 544 / 576, 0.86x of single CTAs at 608. With the rule, on 7 fresh routings per model at
+// 520-624 tokens (-bf16-long-k-rule.csv), the new choice against the old one: Mixtral-8x7B down
+// 0.89-0.96x where it takes pairs, Mixtral-8x22B down 592-624 0.87-0.95x, but 544-576 1.004-1.012x
+// (tail rows, which save a round there, were 1% faster than the pairs); the up GEMMs (K = 4096, 6144)
+// unchanged. Tail rows on those pairs cost them (0.93-1.08x against 2x1 alone), so they take none.
+// Where tail rows fit the launch in one round (Mixtral-8x7B down 520 / 560: 2x1 1.10x of them) or the
+// split applies, those stay first. Not measured: fused launches, and K of 6144-8191 (DeepSeek-V3 up
+// at 136-152 rows, K = 7168: 0.96-1.03x, and Mixtral-8x22B up, K = 6144: 0.97-1.09x, in an unrotated
+// call), which keep the 160-row bound.
+constexpr int kPairVeryLongKMinK = 8192;
+constexpr double kPairVeryLongKMinRows = 136;
 
 Scheduler scheduler_for(long long active, long long rows, int n, TileShape tile, int sm_count) {
   return active > 1 && estimated_tiles(rows, active, n, tile) > std::max(sm_count, 1) ? Scheduler::dynamic
@@ -778,10 +794,11 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     }
   }
   spec = with_split_tail(spec, problem, tiles, sm_count);
-  // Where absorbed tail rows put every tile of the launch in one round, they beat the split of the
-  // plain tiles' last round (see kTailRoundRuleMaxRounds); single CTAs, as measured.
+  // Where absorbed tail rows put every tile of the launch in one round, they come first: before the
+  // split of the plain tiles' last round (see kTailRoundRuleMaxRounds) and before CTA pairs (see
+  // kPairVeryLongKMinRows); single CTAs, as measured.
   bool tails_in_one_round = false;
-  if (spec.split == SplitK::tail) {
+  {
     KernelSpec whole = spec;
     whole.split = SplitK::none;
     if (absorbed_tails_pay(whole, problem, active, mean_rows, sm_count) &&
@@ -790,12 +807,18 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   }
   // Below 256 rows per group, long K or large experts: pairs sharing B on the dynamic scheduler
   // (v39, v45), unless the single CTAs' last round splits along K (split=tail: Mixtral down at 512
-  // tokens 0.91x of 2x1) or tail rows fit the launch in one round.
+  // tokens 0.91x of 2x1) or tail rows fit the launch in one round; from 136 rows where K is very long (kPairVeryLongKMinRows).
   const bool large_experts = problem.k >= kPairLongKMinK || (long long)problem.n * problem.k >= kPairMinWeightsPerGroup;
+  const bool very_long_k_pairs = problem.k >= kPairVeryLongKMinK && !spec.fusion.any() && mean_rows >= kPairVeryLongKMinRows &&
+                                 mean_rows < kPairLongKMinRows;
+  bool pairs_without_tails = false;
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && spec.scheduler == Scheduler::dynamic &&
-      spec.split != SplitK::tail && !tails_in_one_round && large_experts && mean_rows >= kPairLongKMinRows && mean_rows < 256)
+      spec.split != SplitK::tail && !tails_in_one_round && large_experts &&
+      (mean_rows >= kPairLongKMinRows || very_long_k_pairs) && mean_rows < 256) {
     spec.cluster_m = 2;
-  if (spec.split == SplitK::none && absorbed_tails_pay(spec, problem, active, mean_rows, sm_count)) {
+    pairs_without_tails = very_long_k_pairs;
+  }
+  if (spec.split == SplitK::none && !pairs_without_tails && absorbed_tails_pay(spec, problem, active, mean_rows, sm_count)) {
     spec.tail = kTailRows;
     if (spec.cluster_n == 2) {
       long long odd = 0;
