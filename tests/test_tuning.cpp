@@ -433,6 +433,16 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
   CHECK(fp8_tile(256, 128, 4096, 7168) == "128x256 s4 static 2x1");
   CHECK(fp8_tile(256, 32, 4096, 7168) == "64x256 s4 dynamic");
   CHECK(fp8_tile(8, 256, 28672, 4096) == "128x256 s4 dynamic");    // Mixtral up, 1024 tokens: K = 4096, no pairs (1.07x)
+  // 144-255 rows with K >= 6144, under 4 rounds of tiles: 128x256 pairs too (v47, Mixtral down at 600-832 tokens).
+  CHECK(fp8_tile(8, 192, 4096, 14336) == "128x256 s4 static 2x1");
+  CHECK(fp8_tile(8, 150, 6144, 16384) == "128x256 s4 static 2x1");
+  CHECK(fp8_tile(8, 128, 4096, 14336) != "128x256 s4 static 2x1");   // below 144
+  CHECK(fp8_tile(8, 192, 28672, 4096) == "128x256 s4 dynamic");      // K = 4096
+  {  // 2 of 8 groups with three M tiles (v47: 1.00-1.15x on pairs): 128x192 stays
+    std::vector<int> rows = {250, 240, 245, 262, 270, 238, 248, 244};
+    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336, 1997, rows};
+    CHECK(choose_spec(p, kHopper, 132).cluster_m == 1);
+  }
   {  // the tuner times the FP8 pairs too (128x256 and, since v33, 128x192 2x1, static: the spec rejects them dynamic)
     std::vector<int> rows(8, 600);
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 2048, 8 * 600LL, rows};

@@ -231,6 +231,17 @@ constexpr int kFp8StaticMaxK = 3072;
 // is already chosen (Mixtral 4096 / 16384, DeepSeek-V3 down 16384: 1.00-1.06x). Block scales only
 // (the GPU tests run the pairs with both layouts of B's scales; the row-wise recipe was not timed).
 constexpr int kFp8PairMinK = 6144;
+// And 128x256 pairs where the 4-round bound above leaves 128x192 (few large groups: Mixtral down at
+// 576-880 tokens), from kFp8ShortPairMinRows mean rows per expert, unfused, where N pads little to
+// 256 and the host's group sizes give at least 7 of 8 active groups an even M-tile count (every pair
+// of M tiles then shares its B tile; kEvenPairShareInverse). In turns on the H100 (order rotated, two
+// processes each; docs/results/2026-11-27-v47-fp8-pairs-short-{first,rule}.csv): first 2x1 static 128x256 took
+// 0.875-0.926x the heuristic's time on Mixtral-8x7B and -8x22B down at 600-832 tokens; then, with the
+// rule, on 7 fresh routings per model at 576-1008 tokens, 0.83-0.94x the old choice's time (128x192,
+// dynamic or split) at 144-240 rows where all or 7 of 8 groups had two M tiles, but 1.00-1.15x where
+// 2-3 of 8 had three (240-252 rows), which the share test leaves out. Below 144 and from 256 rows not
+// measured (the suite's Mixtral down 1024 keeps its split).
+constexpr double kFp8ShortPairMinRows = 144;
 // And 128x192 where the rules above leave it on the static scheduler (512+ rows per expert, K <=
 // 3072, N padding less to 192 than to 256: gpt-oss down at 16384 tokens in the suite). Since v33 the
 // A scales come by TMA, which took the 128x192 pair from 1.21 to 1.12 M cycles at the locked clock
@@ -257,9 +268,12 @@ long long estimated_tiles(long long rows, long long active, int n, TileShape til
 bool fp8_large_groups(int k, long long rows, long long active) {
   return active > 0 && rows >= kFp8LargeGroupRows * active && k >= kFp8LargeGroupMinK;
 }
-bool fp8_full_tile_pays(int n, long long rows, long long active, int sm_count) {
+bool fp8_full_tile_pads_little(int n) {
   const long long padded_192 = (n + 191LL) / 192 * 192, padded_256 = (n + 255LL) / 256 * 256;
-  return padded_256 * 100 <= padded_192 * 103 &&
+  return padded_256 * 100 <= padded_192 * 103;
+}
+bool fp8_full_tile_pays(int n, long long rows, long long active, int sm_count) {
+  return fp8_full_tile_pads_little(n) &&
          estimated_tiles(rows, active, n, kFp8Full.tile) >= kFp8FullTileMinRounds * static_cast<long long>(std::max(sm_count, 1));
 }
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
@@ -716,6 +730,17 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       spec.scheduler = Scheduler::static_persistent;
     }
     if (spec.tile == kFp8Wide.tile && spec.scheduler == Scheduler::static_persistent && pairable) spec.cluster_m = 2;
+    if (spec.tile == kFp8Wide.tile && spec.cluster_m == 1 && pairable && problem.k >= kFp8PairMinK &&
+        mean_rows >= kFp8ShortPairMinRows && mean_rows < 256 && fp8_full_tile_pads_little(problem.n) && !problem.group_rows.empty()) {
+      long long odd = 0;
+      for (int r : problem.group_rows)
+        if (r > 0) odd += (r + 127) / 128 % 2;
+      if (odd * kEvenPairShareInverse <= active) {
+        spec = with_tile(spec, kFp8Full);
+        spec.scheduler = Scheduler::static_persistent;
+        spec.cluster_m = 2;
+      }
+    }
     // Gathered A: the gathering producer warpgroup needs 56 registers beside the dynamic scheduler's
     // ring (v30), and the 128x192 / 128x256 consumers spill at the 216 that leaves (40 and 232 with
     // the static one: no spill; tests/test_compile.cpp). So those tiles gather on the static scheduler;
