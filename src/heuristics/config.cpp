@@ -235,12 +235,13 @@ constexpr int kFp8PairMinK = 6144;
 // 576-880 tokens), from kFp8ShortPairMinRows mean rows per expert, unfused, where N pads little to
 // 256 and the host's group sizes give at least 7 of 8 active groups an even M-tile count (every pair
 // of M tiles then shares its B tile; kEvenPairShareInverse). In turns on the H100 (order rotated, two
-// processes each; docs/results/2026-11-27-v47-fp8-pairs-short-{first,rule}.csv): first 2x1 static 128x256 took
-// 0.875-0.926x the heuristic's time on Mixtral-8x7B and -8x22B down at 600-832 tokens; then, with the
-// rule, on 7 fresh routings per model at 576-1008 tokens, 0.83-0.94x the old choice's time (128x192,
-// dynamic or split) at 144-240 rows where all or 7 of 8 groups had two M tiles, but 1.00-1.15x where
-// 2-3 of 8 had three (240-252 rows), which the share test leaves out. Below 144 and from 256 rows not
-// measured (the suite's Mixtral down 1024 keeps its split).
+// processes each; docs/results/2026-11-27-v47-fp8-pairs-short-{first,rule,confirm}.csv): first 2x1
+// static 128x256 took 0.875-0.926x the heuristic's time on Mixtral-8x7B and -8x22B down at 600-832
+// tokens; with the rule (no share test yet), on 7 fresh routings per model at 576-1008 tokens,
+// 0.83-0.94x the old choice's time (128x192, dynamic or split), but 1.14-1.15x at Mixtral-8x7B 1008
+// tokens, where 2 of 8 groups had three M tiles: hence the share test. With it, on 7 more routings
+// (544-992 tokens): 0.845-0.941x on the 9 launches it changes (geomean 0.877), the other 5 unchanged.
+// Below 144 and from 256 rows not measured (the suite's Mixtral down 1024 keeps its split).
 constexpr double kFp8ShortPairMinRows = 144;
 // And 128x192 where the rules above leave it on the static scheduler (512+ rows per expert, K <=
 // 3072, N padding less to 192 than to 256: gpt-oss down at 16384 tokens in the suite). Since v33 the
