@@ -40,6 +40,7 @@
 // BENCH_INTERLEAVE=1 with BENCH_SPECS: the chosen config and the overrides take turns launch by
 // launch (each after its own L2 clear) instead of being timed one after another: at 16384 tokens a
 // config's place in the sequence moved its time by more than the configs differ (docs/perf.md v17).
+// The order of the turns rotates every round (v47).
 // Timing protocol: the peers' (triton's do_bench): ~100 ms of launches queued without host syncs,
 // each after a 256 MB memset that clears L2, median of the per-launch events (since v14);
 // BENCH_PROTOCOL=sync times as v1-v13 did (~200 ms, a host sync after each launch, no clear).
