@@ -732,7 +732,8 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     }
     if (spec.tile == kFp8Wide.tile && spec.scheduler == Scheduler::static_persistent && pairable) spec.cluster_m = 2;
     if (spec.tile == kFp8Wide.tile && spec.cluster_m == 1 && pairable && problem.k >= kFp8PairMinK &&
-        mean_rows >= kFp8ShortPairMinRows && mean_rows < 256 && fp8_full_tile_pads_little(problem.n) && !problem.group_rows.empty()) {
+        mean_rows >= kFp8ShortPairMinRows && mean_rows < 256 && fp8_full_tile_pads_little(problem.n) &&
+        !problem.group_rows.empty()) {
       long long odd = 0;
       for (int r : problem.group_rows)
         if (r > 0) odd += (r + 127) / 128 % 2;
@@ -833,7 +834,8 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   }
   // Below 256 rows per group, long K or large experts: pairs sharing B on the dynamic scheduler
   // (v39, v45), unless the single CTAs' last round splits along K (split=tail: Mixtral down at 512
-  // tokens 0.91x of 2x1) or tail rows fit the launch in one round; from 136 rows where K is very long (kPairVeryLongKMinRows).
+  // tokens 0.91x of 2x1) or tail rows fit the launch in one round; from 136 rows where K is very
+  // long (kPairVeryLongKMinRows).
   const bool large_experts = problem.k >= kPairLongKMinK || (long long)problem.n * problem.k >= kPairMinWeightsPerGroup;
   const bool very_long_k_pairs = problem.k >= kPairVeryLongKMinK && !spec.fusion.any() && mean_rows >= kPairVeryLongKMinRows &&
                                  mean_rows < kPairLongKMinRows;
