@@ -438,6 +438,18 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
   CHECK(fp8_tile(8, 150, 6144, 16384) == "128x256 s4 static 2x1");
   CHECK(fp8_tile(8, 128, 4096, 14336) != "128x256 s4 static 2x1");   // below 144
   CHECK(fp8_tile(8, 192, 28672, 4096) == "128x256 s4 dynamic");      // K = 4096
+  {  // pairs take the tile whose rounds cost less, 128x192 counted as 0.75 (v47, two Mixtral down routings)
+    auto pair_tile = [](std::vector<int> rows) {
+      long long total = 0;
+      for (int r : rows) total += r;
+      GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336, total, rows};
+      KernelSpec s = choose_spec(p, kHopper, 132);
+      CHECK((s.cluster_m == 2 && s.scheduler == Scheduler::static_persistent));
+      return s.tile.n;
+    };
+    CHECK(pair_tile({534, 488, 487, 572, 504, 524, 492, 495}) == 192);  // 2048 tokens: 5.83 against 4.24 rounds, 0.90
+    CHECK(pair_tile({467, 453, 421, 456, 431, 405, 474, 477}) == 256);  // 1792 tokens: 1.125
+  }
   {  // 2 of 8 groups with three M tiles (v47: 1.00-1.15x on pairs): 128x192 stays
     std::vector<int> rows = {250, 240, 245, 262, 270, 238, 248, 244};
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336, 1997, rows};

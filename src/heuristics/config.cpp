@@ -243,6 +243,19 @@ constexpr int kFp8PairMinK = 6144;
 // (544-992 tokens): 0.845-0.941x on the 9 launches it changes (geomean 0.877), the other 5 unchanged.
 // Below 144 and from 256 rows not measured (the suite's Mixtral down 1024 keeps its split).
 constexpr double kFp8ShortPairMinRows = 144;
+// FP8 pairs pick their tile by rounds (v47): where the rules above put an unfused launch on 128x256
+// pairs, 128x192 pairs instead if their rounds of pair units, a 128x192 round counted as 0.75 of a
+// 128x256 one, cost at most kFp8PairTileMaxRatio of 128x256's (exact from the host's group sizes;
+// units as scheduler.cuh counts them: a group's odd last M tile in pairs of N tiles). On Mixtral down
+// at 1536-3072 tokens (384-768 rows; docs/results/2026-11-27-v47-fp8-mixtral-down-384-768-rows.csv,
+// rotated, two processes) the model's ratio and the measured one agreed in direction on 12 of 12
+// launches and within 0.02-0.03 (model 0.900 / measured 0.915, 1.125 / 1.131, 0.938 / 0.958, ...);
+// 128x192 pairs won by 3-9% where the model said 0.90-0.96 and lost by up to 13% where it said more.
+// With the rule, on 6 fresh routings per model at 1664-3328 tokens (-fp8-pair-tile-rule.csv), it
+// took 128x192 on the 2 launches the model put at 0.938 (0.955-0.967x the time of 128x256 pairs) and
+// left the other 10, where 128x192 pairs measured 1.008-1.134x. The suite's DeepSeek-V3 up (128x256
+// pairs) reads 1.02-1.04 on random routings: unchanged.
+constexpr double kFp8PairTileMaxRatio = 0.97;
 // And 128x192 where the rules above leave it on the static scheduler (512+ rows per expert, K <=
 // 3072, N padding less to 192 than to 256: gpt-oss down at 16384 tokens in the suite). Since v33 the
 // A scales come by TMA, which took the 128x192 pair from 1.21 to 1.12 M cycles at the locked clock
@@ -742,6 +755,20 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
         spec.scheduler = Scheduler::static_persistent;
         spec.cluster_m = 2;
       }
+    }
+    if (spec.tile == kFp8Full.tile && spec.cluster_m == 2 && pairable && !problem.group_rows.empty()) {
+      const long long pairs = std::max(sm_count / 2, 1);
+      auto pair_rounds_cost = [&](int tile_n) {
+        const long long n_tiles = (problem.n + tile_n - 1) / tile_n;
+        long long units = 0;
+        for (int r : problem.group_rows) {
+          const long long m_tiles = (std::max(r, 0) + 127) / 128;
+          units += m_tiles / 2 * n_tiles + m_tiles % 2 * ((n_tiles + 1) / 2);
+        }
+        return double((units + pairs - 1) / pairs) * tile_n / 256.0;
+      };
+      if (pair_rounds_cost(kFp8Wide.tile.n) <= kFp8PairTileMaxRatio * pair_rounds_cost(kFp8Full.tile.n))
+        spec = with_tile(spec, kFp8Wide);
     }
     // Gathered A: the gathering producer warpgroup needs 56 registers beside the dynamic scheduler's
     // ring (v30), and the 128x192 / 128x256 consumers spill at the 216 that leaves (40 and 232 with
