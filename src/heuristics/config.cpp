@@ -256,6 +256,9 @@ constexpr double kFp8ShortPairMinRows = 144;
 // left the other 10, where 128x192 pairs measured 1.008-1.134x. The suite's DeepSeek-V3 up (128x256
 // pairs) reads 1.02-1.04 on random routings: unchanged.
 constexpr double kFp8PairTileMaxRatio = 0.97;
+// Measured from 384 rows per expert; below 256 (groups of one M tile, whose pairs split N and share
+// nothing, or the short-launch pairs above, which measured 128x256) the pairs keep 128x256.
+constexpr double kFp8PairTileMinRows = 256;
 // And 128x192 where the rules above leave it on the static scheduler (512+ rows per expert, K <=
 // 3072, N padding less to 192 than to 256: gpt-oss down at 16384 tokens in the suite). Since v33 the
 // A scales come by TMA, which took the 128x192 pair from 1.21 to 1.12 M cycles at the locked clock
@@ -756,7 +759,8 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
         spec.cluster_m = 2;
       }
     }
-    if (spec.tile == kFp8Full.tile && spec.cluster_m == 2 && pairable && !problem.group_rows.empty()) {
+    if (spec.tile == kFp8Full.tile && spec.cluster_m == 2 && pairable && mean_rows >= kFp8PairTileMinRows &&
+        !problem.group_rows.empty()) {
       const long long pairs = std::max(sm_count / 2, 1);
       auto pair_rounds_cost = [&](int tile_n) {
         const long long n_tiles = (problem.n + tile_n - 1) / tile_n;
