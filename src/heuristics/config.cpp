@@ -133,10 +133,11 @@ long long m_tiles_of(int rows, int tile_m, bool absorb) {
   return (rows + tile_m - 1) / tile_m - (absorb && ends_in_tail(rows, tile_m) ? 1 : 0);
 }
 
-// Rounds of tiles of `spec` (128-row tiles) over the groups, with or without absorbed tail rows.
+// Rounds of tiles of `spec` over the groups, with or without absorbed tail rows (the tail-row rules;
+// and, without, the FP8 pairs' tile choice).
 // Units of work as the kernel's cursor counts them: tiles, pairs of N tiles (1x2) or pair units (2x1:
 // two M tiles at one N tile, a group's odd last M tile in pairs of N tiles; common/scheduler.cuh).
-long long tail_rounds(const KernelSpec& spec, std::span<const int> group_rows, int n, int sm_count, bool absorb) {
+long long unit_rounds(const KernelSpec& spec, std::span<const int> group_rows, int n, int sm_count, bool absorb) {
   const long long n_tiles = (n + spec.tile.n - 1) / spec.tile.n;
   const long long n_units = (n_tiles + spec.cluster_n - 1) / spec.cluster_n;
   long long units = 0;
@@ -160,9 +161,9 @@ bool absorbed_tails_pay(const KernelSpec& spec, const GemmProblem& problem, long
   long long ending_in_tail = 0;
   for (int r : problem.group_rows)
     if (ends_in_tail(r, spec.tile.m)) ++ending_in_tail;
-  const long long rounds = tail_rounds(spec, problem.group_rows, problem.n, sm_count, false);
+  const long long rounds = unit_rounds(spec, problem.group_rows, problem.n, sm_count, false);
   const bool pays = rounds <= kTailRoundRuleMaxRounds
-                        ? tail_rounds(spec, problem.group_rows, problem.n, sm_count, true) < rounds
+                        ? unit_rounds(spec, problem.group_rows, problem.n, sm_count, true) < rounds
                         : mean_rows < (spec.fusion.linear_scatter() ? kTailMaxMeanRowsScatter : kTailMaxMeanRows);
   return ending_in_tail * kTailMinShareInverse >= active && pays;
 }
@@ -752,7 +753,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
         !problem.group_rows.empty()) {
       long long odd = 0;
       for (int r : problem.group_rows)
-        if (r > 0) odd += (r + 127) / 128 % 2;
+        if (r > 0) odd += m_tiles_of(r, kFp8Full.tile.m, false) % 2;
       if (odd * kEvenPairShareInverse <= active) {
         spec = with_tile(spec, kFp8Full);
         spec.scheduler = Scheduler::static_persistent;
@@ -761,18 +762,11 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     }
     if (spec.tile == kFp8Full.tile && spec.cluster_m == 2 && pairable && mean_rows >= kFp8PairTileMinRows &&
         !problem.group_rows.empty()) {
-      const long long pairs = std::max(sm_count / 2, 1);
-      auto pair_rounds_cost = [&](int tile_n) {
-        const long long n_tiles = (problem.n + tile_n - 1) / tile_n;
-        long long units = 0;
-        for (int r : problem.group_rows) {
-          const long long m_tiles = (std::max(r, 0) + 127) / 128;
-          units += m_tiles / 2 * n_tiles + m_tiles % 2 * ((n_tiles + 1) / 2);
-        }
-        return double((units + pairs - 1) / pairs) * tile_n / 256.0;
+      const KernelSpec wide = with_tile(spec, kFp8Wide);  // still 2x1, static
+      auto pair_rounds_cost = [&](const KernelSpec& s) {
+        return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.n / kFp8Full.tile.n;
       };
-      if (pair_rounds_cost(kFp8Wide.tile.n) <= kFp8PairTileMaxRatio * pair_rounds_cost(kFp8Full.tile.n))
-        spec = with_tile(spec, kFp8Wide);
+      if (pair_rounds_cost(wide) <= kFp8PairTileMaxRatio * pair_rounds_cost(spec)) spec = wide;
     }
     // Gathered A: the gathering producer warpgroup needs 56 registers beside the dynamic scheduler's
     // ring (v30), and the 128x192 / 128x256 consumers spill at the 216 that leaves (40 and 232 with
@@ -860,7 +854,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     KernelSpec whole = spec;
     whole.split = SplitK::none;
     if (absorbed_tails_pay(whole, problem, active, mean_rows, sm_count) &&
-        tail_rounds(whole, problem.group_rows, problem.n, sm_count, true) == 1)
+        unit_rounds(whole, problem.group_rows, problem.n, sm_count, true) == 1)
       spec = whole, tails_in_one_round = true;
   }
   // Below 256 rows per group, long K or large experts: pairs sharing B on the dynamic scheduler
