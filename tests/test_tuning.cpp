@@ -279,10 +279,17 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
     // Tail rows that fit the launch in one round come first (8 x 16 tiles).
     s = choose({140, 150, 145, 138, 152, 147, 139, 149}, 4096, 14336);
     CHECK((s.cluster_m == 1 && s.tail == 24));
-    // Not below K = 8192 (Mixtral-8x22B up, K = 6144), not fused: as before (tail rows, single CTAs).
+    // Not below K = 8192 (Mixtral-8x22B up, K = 6144): as before (tail rows, single CTAs).
     s = choose(mixtral_22b, 32768, 6144);
     CHECK(s.cluster_m == 1);
+    // A layer's GEMM2 (scatter + weight) too (v48: 0.84-0.95x the time), but after tail rows wherever
+    // those pay (Mixtral-8x22B down 552 tokens: pairs 1.06-1.085x of them in one routing), and not with
+    // a GLU or atomics.
     s = choose(mixtral_608, 4096, 14336, "fuse=scatter+weight");
+    CHECK((s.cluster_m == 2 && s.tail == 0));
+    s = choose({157, 137, 128, 132, 152, 132, 123, 143}, 6144, 16384, "fuse=scatter+weight");
+    CHECK((s.cluster_m == 1 && s.tail == 24));
+    s = choose(mixtral_608, 4096, 14336, "fuse=gather,act=silu");
     CHECK(s.cluster_m == 1);
   }
   // Empty groups do not count: 4 experts of 1024 rows among 256 keep the 2x1 candidates.
@@ -449,6 +456,23 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
     };
     CHECK(pair_tile({534, 488, 487, 572, 504, 524, 492, 495}) == 192);  // 2048 tokens: 5.83 against 4.24 rounds, 0.90
     CHECK(pair_tile({467, 453, 421, 456, 431, 405, 474, 477}) == 256);  // 1792 tokens: 1.125
+  }
+  {  // A layer's GEMM2 (scatter + weight, v48): pairs by their rounds against the single CTAs' from 144
+     // rows, and from 256 rows the pairs' tile by the round model; below 512 rows (then pairable_fused).
+    auto gemm2 = [](std::vector<int> rows, int n, int k) {
+      long long total = 0;
+      for (int r : rows) total += r;
+      GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, (int)rows.size(), n, k, total, rows};
+      p.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
+      KernelSpec s = choose_spec(p, kHopper, 132);
+      return fmt::format("{}x{} {}{}", s.tile.m, s.tile.n, to_text(s.scheduler), s.cluster_m == 2 ? " 2x1" : "");
+    };
+    CHECK(gemm2(std::vector<int>(8, 192), 4096, 14336) == "128x256 static 2x1");                    // 2 against 3 x 0.75 rounds
+    CHECK(gemm2({240, 237, 230, 241, 230, 259, 229, 254}, 4096, 14336) == "128x192 dynamic");         // one third M tile: 3 against 2.25 (1.22x measured)
+    CHECK(gemm2({267, 268, 276, 272, 272, 277, 276, 268}, 4096, 14336) == "128x256 static 2x1");      // 1088 tokens
+    CHECK(gemm2({427, 392, 369, 451, 410, 381, 375, 395}, 4096, 14336) == "128x192 static 2x1");      // 1600 tokens
+    CHECK(gemm2({365, 329, 332, 331, 330, 344, 327, 330}, 6144, 16384) == "128x192 static 2x1");      // 8x22B, 1344 tokens
+    CHECK(gemm2(std::vector<int>(8, 192), 4096, 2048) == "128x192 dynamic");                          // K = 2048: not measured
   }
   {  // 2 of 8 groups with three M tiles (v47: 1.00-1.15x on pairs): 128x192 stays
     std::vector<int> rows = {250, 240, 245, 262, 270, 238, 248, 244};

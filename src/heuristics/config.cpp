@@ -260,6 +260,23 @@ constexpr double kFp8PairTileMaxRatio = 0.97;
 // Measured from 384 rows per expert; below 256 (groups of one M tile, whose pairs split N and share
 // nothing, or the short-launch pairs above, which measured 128x256) the pairs keep 128x256.
 constexpr double kFp8PairTileMinRows = 256;
+// A layer's GEMM2 (linear_scatter: scatter + weight, v48) from kFp8ShortPairMinRows to kFp8StaticMinRows
+// rows per expert, K >= 6144, block scales: 2x1 static pairs where their rounds of 128x256 pair units
+// cost at most kFp8FusedPairMaxRatio of the single CTAs' rounds (rounds_cost), and from 256 rows the
+// pairs' tile by the round model above. The share test of the unfused rule misread these: in turns on
+// the H100 (rotated, two processes; docs/results/2026-11-28-v48-fused-gemm2-pairs-*.csv) the pairs took
+// 0.84-0.90x the time of the fused heuristic's single 128x192 on Mixtral-8x7B down at 576-896 tokens
+// (model 0.89, one routing with 2 odd groups), 0.98x at 1008 (model 1.00), but 1.22x at 960 (model
+// 1.33: one group's third M tile cost the pairs a round); on Mixtral-8x22B down 576-1008 0.89-0.99x
+// (model 1.00-1.07, against 128x192 or 128x256 singles). With the rule, on 15 fresh routings per model
+// (584-1000 tokens): 0.842-0.859x (8x7B) and 0.880-0.942x (8x22B) the old choice's time, 0.98-0.99x at
+// 1000 tokens, the 3 launches the model kept unchanged. At 1024-2040 tokens (256-510 rows) the pair
+// tile the round model picks beat the fused heuristic's single CTAs on 12 of 12 (0.907-0.988x) and was
+// the faster of the two pair tiles on 12 of 12; with the rule, on 8 fresh routings per model at
+// 1088-1984 tokens, 0.885-0.974x the old choice's time on 16 of 16 (-fp8-gemm2-pairs-256-510.csv). In
+// the Mixtral-8x7B FP8 layer (examples/moe_layer) its GEMM2 took 0.79x the old config's time at 640
+// tokens (the layer 0.93x) and 0.98x at 1024. Below 144 rows not measured; from 512 pairable_fused.
+constexpr double kFp8FusedPairMaxRatio = 1.1;
 // And 128x192 where the rules above leave it on the static scheduler (512+ rows per expert, K <=
 // 3072, N padding less to 192 than to 256: gpt-oss down at 16384 tokens in the suite). Since v33 the
 // A scales come by TMA, which took the 128x192 pair from 1.21 to 1.12 M cycles at the locked clock
@@ -422,7 +439,10 @@ constexpr double kPairLongKMinRows = 160;                  // mean rows per acti
 // (tail rows, which save a round there, were 1% faster than the pairs); the up GEMMs (K = 4096, 6144)
 // unchanged. Tail rows on those pairs cost them (0.93-1.08x against 2x1 alone), so they take none.
 // Where tail rows fit the launch in one round (Mixtral-8x7B down 520 / 560: 2x1 1.10x of them) or the
-// split applies, those stay first. Not measured: fused launches, and K of 6144-8191 (DeepSeek-V3 up
+// split applies, those stay first. A layer's GEMM2 (linear_scatter) too since v48, after tail rows
+// wherever absorbed_tails_pay (fused, in turns: pairs 0.84-0.95x the single CTAs' time on 10 fresh
+// Mixtral down routings at 552-624 tokens; against tail rows 0.96x at one, 1.06-1.085x at another;
+// docs/results/2026-11-28-v48-fused-gemm2-pairs-*.csv). Not measured: K of 6144-8191 (DeepSeek-V3 up
 // at 136-152 rows, K = 7168: 0.96-1.03x, and Mixtral-8x22B up, K = 6144: 0.97-1.09x, in an unrotated
 // call), which keep the 160-row bound.
 constexpr int kPairVeryLongKMinK = 8192;
@@ -760,13 +780,24 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
         spec.cluster_m = 2;
       }
     }
-    if (spec.tile == kFp8Full.tile && spec.cluster_m == 2 && pairable && mean_rows >= kFp8PairTileMinRows &&
+    // Rounds of a launch's units (tiles, or pair units) in 128x256-round equivalents (a 128x192
+    // round: 0.75), from the host's group sizes: the FP8 pair rules' cost model.
+    auto rounds_cost = [&](const KernelSpec& s) {
+      return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.n / kFp8Full.tile.n;
+    };
+    const bool gemm2_pairable = spec.fusion.linear_scatter() && spec.c != DType::e4m3 && spec.b_scales == ScaleB::blocks &&
+                                problem.k >= kFp8PairMinK && mean_rows >= kFp8ShortPairMinRows &&
+                                mean_rows < kFp8StaticMinRows && !problem.group_rows.empty();
+    if (spec.cluster_m == 1 && gemm2_pairable && (spec.tile == kFp8Wide.tile || spec.tile == kFp8Full.tile)) {
+      KernelSpec pair = with_tile(spec, kFp8Full);
+      pair.scheduler = Scheduler::static_persistent;
+      pair.cluster_m = 2;
+      if (rounds_cost(pair) <= kFp8FusedPairMaxRatio * rounds_cost(spec)) spec = pair;
+    }
+    if (spec.tile == kFp8Full.tile && spec.cluster_m == 2 && (pairable || gemm2_pairable) && mean_rows >= kFp8PairTileMinRows &&
         !problem.group_rows.empty()) {
       const KernelSpec wide = with_tile(spec, kFp8Wide);  // still 2x1, static
-      auto pair_rounds_cost = [&](const KernelSpec& s) {
-        return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.n / kFp8Full.tile.n;
-      };
-      if (pair_rounds_cost(wide) <= kFp8PairTileMaxRatio * pair_rounds_cost(spec)) spec = wide;
+      if (rounds_cost(wide) <= kFp8PairTileMaxRatio * rounds_cost(spec)) spec = wide;
     }
     // Gathered A: the gathering producer warpgroup needs 56 registers beside the dynamic scheduler's
     // ring (v30), and the 128x192 / 128x256 consumers spill at the 216 that leaves (40 and 232 with
@@ -862,8 +893,11 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   // tokens 0.91x of 2x1) or tail rows fit the launch in one round; from 136 rows where K is very
   // long (kPairVeryLongKMinRows).
   const bool large_experts = problem.k >= kPairLongKMinK || (long long)problem.n * problem.k >= kPairMinWeightsPerGroup;
-  const bool very_long_k_pairs = problem.k >= kPairVeryLongKMinK && !spec.fusion.any() && mean_rows >= kPairVeryLongKMinRows &&
-                                 mean_rows < kPairLongKMinRows;
+  // A layer's GEMM2 (linear_scatter) takes them too, but after tail rows wherever those pay (kPairVeryLongKMinRows).
+  const bool very_long_k_pairs =
+      problem.k >= kPairVeryLongKMinK && mean_rows >= kPairVeryLongKMinRows && mean_rows < kPairLongKMinRows &&
+      (!spec.fusion.any() ||
+       (spec.fusion.linear_scatter() && !absorbed_tails_pay(spec, problem, active, mean_rows, sm_count)));
   bool pairs_without_tails = false;
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && spec.scheduler == Scheduler::dynamic &&
       spec.split != SplitK::tail && !tails_in_one_round && large_experts &&
