@@ -473,6 +473,9 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
     CHECK(gemm2({427, 392, 369, 451, 410, 381, 375, 395}, 4096, 14336) == "128x192 static 2x1");      // 1600 tokens
     CHECK(gemm2({365, 329, 332, 331, 330, 344, 327, 330}, 6144, 16384) == "128x192 static 2x1");      // 8x22B, 1344 tokens
     CHECK(gemm2(std::vector<int>(8, 192), 4096, 2048) == "128x192 dynamic");                          // K = 2048: not measured
+    // Many groups (Llama 4 Maverick down, 128 experts): pairs below 256 rows (0.94-0.96x), not from 256 (1.04-1.10x)
+    CHECK(gemm2(std::vector<int>(128, 192), 5120, 8192) == "128x256 static 2x1");
+    CHECK(gemm2(std::vector<int>(128, 320), 5120, 8192) == "128x256 dynamic");
   }
   {  // 2 of 8 groups with three M tiles (v47: 1.00-1.15x on pairs): 128x192 stays
     std::vector<int> rows = {250, 240, 245, 262, 270, 238, 248, 244};

@@ -277,6 +277,11 @@ constexpr double kFp8PairTileMinRows = 256;
 // the Mixtral-8x7B FP8 layer (examples/moe_layer) its GEMM2 took 0.79x the old config's time at 640
 // tokens (the layer 0.93x) and 0.98x at 1024. Below 144 rows not measured; from 512 pairable_fused.
 constexpr double kFp8FusedPairMaxRatio = 1.1;
+// From 256 rows only with few groups: on Llama 4 Maverick down (128 experts, N = 5120, K = 8192) the
+// pairs took 0.94-0.96x the single CTAs' time at 144-224 rows, but 1.04x at 256 and 1.07-1.10x at 320
+// (half and all of the groups ending in a short third M tile), 0.97x at 384-448
+// (docs/results/2026-11-28-v48-fp8-gemm2-pairs-maverick.csv). The round model reads 1.00 on all of them.
+constexpr long long kFp8GemmPairMaxGroupsFrom256 = 16;
 // And 128x192 where the rules above leave it on the static scheduler (512+ rows per expert, K <=
 // 3072, N padding less to 192 than to 256: gpt-oss down at 16384 tokens in the suite). Since v33 the
 // A scales come by TMA, which took the 128x192 pair from 1.21 to 1.12 M cycles at the locked clock
@@ -787,7 +792,8 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     };
     const bool gemm2_pairable = spec.fusion.linear_scatter() && spec.c != DType::e4m3 && spec.b_scales == ScaleB::blocks &&
                                 problem.k >= kFp8PairMinK && mean_rows >= kFp8ShortPairMinRows &&
-                                mean_rows < kFp8StaticMinRows && !problem.group_rows.empty();
+                                mean_rows < kFp8StaticMinRows && !problem.group_rows.empty() &&
+                                (mean_rows < 256 || active <= kFp8GemmPairMaxGroupsFrom256);
     if (spec.cluster_m == 1 && gemm2_pairable && (spec.tile == kFp8Wide.tile || spec.tile == kFp8Full.tile)) {
       KernelSpec pair = with_tile(spec, kFp8Full);
       pair.scheduler = Scheduler::static_persistent;
