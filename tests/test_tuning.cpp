@@ -440,6 +440,18 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
   CHECK(fp8_tile(256, 128, 4096, 7168) == "128x256 s4 static 2x1");
   CHECK(fp8_tile(256, 32, 4096, 7168) == "64x256 s4 dynamic");
   CHECK(fp8_tile(8, 256, 28672, 4096) == "128x256 s4 dynamic");    // Mixtral up, 1024 tokens: K = 4096, no pairs (1.07x)
+  // Not where many groups end in a short odd M tile (v48: DeepSeek-V3 / Kimi-K2 up at 320 rows 1.2x on pairs)
+  CHECK(fp8_tile(256, 320, 4096, 7168) == "128x256 s4 dynamic");
+  CHECK(fp8_tile(256, 336, 4096, 7168) == "128x256 s4 dynamic");    // a third tile of 80 rows: 0.89-0.93x on singles
+  CHECK(fp8_tile(256, 384, 4096, 7168) == "128x256 s4 static 2x1");  // odd but whole third tiles
+  CHECK(fp8_tile(8, 320, 4096, 14336) != "128x256 s4 dynamic");     // few groups: not affected
+  {  // DeepSeek-V3 up 16384's spread (512 +- 22): half the groups end in a short fifth tile, 11% of the units
+    std::vector<int> rows(256);
+    for (int g = 0; g < 256; ++g) rows[g] = g % 2 ? 530 : 494;
+    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 256, 4096, 7168, 256 * 512LL, rows};
+    KernelSpec s = choose_spec(p, kHopper, 132);
+    CHECK((s.cluster_m == 2 && s.tile.n == 256));
+  }
   // 144-255 rows with K >= 6144, under 4 rounds of tiles: 128x256 pairs too (v47, Mixtral down at 600-832 tokens).
   CHECK(fp8_tile(8, 192, 4096, 14336) == "128x256 s4 static 2x1");
   CHECK(fp8_tile(8, 150, 6144, 16384) == "128x256 s4 static 2x1");

@@ -277,11 +277,24 @@ constexpr double kFp8PairTileMinRows = 256;
 // the Mixtral-8x7B FP8 layer (examples/moe_layer) its GEMM2 took 0.79x the old config's time at 640
 // tokens (the layer 0.93x) and 0.98x at 1024. Below 144 rows not measured; from 512 pairable_fused.
 constexpr double kFp8FusedPairMaxRatio = 1.1;
-// From 256 rows only with few groups: on Llama 4 Maverick down (128 experts, N = 5120, K = 8192) the
-// pairs took 0.94-0.96x the single CTAs' time at 144-224 rows, but 1.04x at 256 and 1.07-1.10x at 320
-// (half and all of the groups ending in a short third M tile), 0.97x at 384-448
-// (docs/results/2026-11-28-v48-fp8-gemm2-pairs-maverick.csv). The round model reads 1.00 on all of them.
-constexpr long long kFp8GemmPairMaxGroupsFrom256 = 16;
+// Not where many groups end in a short odd M tile (fp8_short_odd_tiles, v48): in turns (rotated, two
+// processes; docs/results/2026-11-28-v48-fp8-pairs-many-groups*.csv, -fp8-gemm2-pairs-maverick.csv),
+// the unfused pairs took 1.06-1.08x the single CTAs' time (128x256 dynamic) at 256 rows per expert and
+// 1.11-1.23x at 320 on DeepSeek-V3 and Kimi-K2 up (256 / 384 experts, K = 7168) and on Llama 4
+// Maverick down at 320 (128 experts, K = 8192); a layer's GEMM2 on Maverick 1.04x at 256 and
+// 1.07-1.10x at 320. There 16-20% of the pair units are a group's odd last M tile of at most 64 rows,
+// split along N (they share no B). Where none are (384-448 rows, 144-224) the pairs took 0.94-0.99x,
+// and where 11% are (DeepSeek-V3 up 16384, 512 +- 22 rows) 0.96-0.97x (v32). With the gate at 64 rows,
+// on fresh routings at 272-304 rows the single CTAs took 0.78-0.95x the pairs' time (10 launches), but
+// at 336 rows (a third tile of ~80) the pairs it kept were 1.03-1.13x the singles': hence 96 rows. At
+// 96, on 10 more fresh launches at 328-400 rows, it took singles on 6 (0.83-0.995x the pairs' time) and
+// kept pairs on 4: level at 368-400 on DeepSeek-V3 and Maverick, but 1.08x on Kimi-K2 up at 368 rows (a
+// known miss). Pairs win from 384 (DeepSeek-V3 up 14336 / 15360: singles 1.02-1.05x). Maverick's
+// unfused pairs at 256 rows (18.5%) took 0.98x: the bound gives that up. Few groups are not affected:
+// Mixtral's 8 at 272-336 rows (25-33%) took 0.89-0.96x on pairs. The round model reads 1.00 on all the
+// many-group launches. Why these units cost the pairs so much is not known.
+constexpr long long kFp8ShortOddMinGroups = 17;
+constexpr double kFp8ShortOddMaxUnitShare = 0.15;
 // And 128x192 where the rules above leave it on the static scheduler (512+ rows per expert, K <=
 // 3072, N padding less to 192 than to 256: gpt-oss down at 16384 tokens in the suite). Since v33 the
 // A scales come by TMA, which took the 128x192 pair from 1.21 to 1.12 M cycles at the locked clock
@@ -315,6 +328,21 @@ bool fp8_full_tile_pads_little(int n) {
 bool fp8_full_tile_pays(int n, long long rows, long long active, int sm_count) {
   return fp8_full_tile_pads_little(n) &&
          estimated_tiles(rows, active, n, kFp8Full.tile) >= kFp8FullTileMinRounds * static_cast<long long>(std::max(sm_count, 1));
+}
+// Whether 128x256 2x1 pairs would leave many groups' odd last M tile short: from
+// kFp8ShortOddMinGroups active groups, at least kFp8ShortOddMaxUnitShare of the pair units are a
+// group's odd last M tile of at most 96 rows (from the host's group sizes; without them, no).
+bool fp8_short_odd_tiles(std::span<const int> group_rows, int n, long long active) {
+  if (active < kFp8ShortOddMinGroups || group_rows.empty()) return false;
+  const long long n_tiles = (n + kFp8Full.tile.n - 1LL) / kFp8Full.tile.n, odd_units = (n_tiles + 1) / 2;
+  long long units = 0, short_units = 0;
+  for (int r : group_rows) {
+    if (r <= 0) continue;
+    const long long m = m_tiles_of(r, kFp8Full.tile.m, false);
+    units += m / 2 * n_tiles + (m % 2) * odd_units;
+    if (m % 2 == 1 && r - (m - 1) * kFp8Full.tile.m <= kFp8Full.tile.m * 3 / 4) short_units += odd_units;
+  }
+  return short_units >= kFp8ShortOddMaxUnitShare * units;
 }
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
@@ -767,8 +795,9 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     // time on 2x1 static, docs/results/2026-11-27-v38-fp8-pairs-fused.txt; fewer rows not timed).
     // Gathered ones pair under their own rule (below, kFp8GatherPairMinRows).
     const bool pairable_fused = spec.b_scales == ScaleB::blocks && !spec.fusion.gather_a && mean_rows >= kFp8StaticMinRows;
+    const bool short_odd = fp8_short_odd_tiles(problem.group_rows, problem.n, active);
     if (spec.tile == kFp8Full.tile && spec.scheduler == Scheduler::dynamic && problem.k >= kFp8PairMinK &&
-        (pairable || pairable_fused)) {
+        (pairable || pairable_fused) && !short_odd) {
       spec.cluster_m = 2;
       spec.scheduler = Scheduler::static_persistent;
     }
@@ -792,8 +821,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     };
     const bool gemm2_pairable = spec.fusion.linear_scatter() && spec.c != DType::e4m3 && spec.b_scales == ScaleB::blocks &&
                                 problem.k >= kFp8PairMinK && mean_rows >= kFp8ShortPairMinRows &&
-                                mean_rows < kFp8StaticMinRows && !problem.group_rows.empty() &&
-                                (mean_rows < 256 || active <= kFp8GemmPairMaxGroupsFrom256);
+                                mean_rows < kFp8StaticMinRows && !problem.group_rows.empty() && !short_odd;
     if (spec.cluster_m == 1 && gemm2_pairable && (spec.tile == kFp8Wide.tile || spec.tile == kFp8Full.tile)) {
       KernelSpec pair = with_tile(spec, kFp8Full);
       pair.scheduler = Scheduler::static_persistent;
