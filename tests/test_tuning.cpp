@@ -262,6 +262,17 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
     s = choose_spec(down768, kHopper, 132);
     CHECK((s.cluster_m == 2 && s.split == SplitK::none));
   }
+  {  // ragged N (gpt-oss up, N = 5760): 2x1 from 2000 k-blocks per SM, but not where many groups end in a
+     // short odd M tile (v48: 280-336 rows, single CTAs 0.96-0.99x the pairs' time)
+    auto gptoss_up = [](int rows_per_group) {
+      std::vector<int> rows(128, rows_per_group);
+      GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 5760, 2880, 128LL * rows_per_group, rows};
+      return choose_spec(p, kHopper, 132).cluster_m;
+    };
+    CHECK(gptoss_up(512) == 2);
+    CHECK(gptoss_up(384) == 2);
+    CHECK(gptoss_up(320) == 1);
+  }
   {  // K >= 8192, unfused: pairs from 136 rows, without tail rows (v47: Mixtral down at 544-608 tokens)
     auto choose = [](std::vector<int> rows, int n, int k, const char* fuse = "") {
       long long total = 0;

@@ -277,7 +277,7 @@ constexpr double kFp8PairTileMinRows = 256;
 // the Mixtral-8x7B FP8 layer (examples/moe_layer) its GEMM2 took 0.79x the old config's time at 640
 // tokens (the layer 0.93x) and 0.98x at 1024. Below 144 rows not measured; from 512 pairable_fused.
 constexpr double kFp8FusedPairMaxRatio = 1.1;
-// Not where many groups end in a short odd M tile (fp8_short_odd_tiles, v48): in turns (rotated, two
+// Not where many groups end in a short odd M tile (short_odd_tiles, v48): in turns (rotated, two
 // processes; docs/results/2026-11-28-v48-fp8-pairs-many-groups*.csv, -fp8-gemm2-pairs-maverick.csv),
 // the unfused pairs took 1.06-1.08x the single CTAs' time (128x256 dynamic) at 256 rows per expert and
 // 1.11-1.23x at 320 on DeepSeek-V3 and Kimi-K2 up (256 / 384 experts, K = 7168) and on Llama 4
@@ -293,8 +293,8 @@ constexpr double kFp8FusedPairMaxRatio = 1.1;
 // unfused pairs at 256 rows (18.5%) took 0.98x: the bound gives that up. Few groups are not affected:
 // Mixtral's 8 at 272-336 rows (25-33%) took 0.89-0.96x on pairs. The round model reads 1.00 on all the
 // many-group launches. Why these units cost the pairs so much is not known.
-constexpr long long kFp8ShortOddMinGroups = 17;
-constexpr double kFp8ShortOddMaxUnitShare = 0.15;
+constexpr long long kShortOddMinGroups = 17;
+constexpr double kShortOddMaxUnitShare = 0.15;
 // And 128x192 where the rules above leave it on the static scheduler (512+ rows per expert, K <=
 // 3072, N padding less to 192 than to 256: gpt-oss down at 16384 tokens in the suite). Since v33 the
 // A scales come by TMA, which took the 128x192 pair from 1.21 to 1.12 M cycles at the locked clock
@@ -329,20 +329,22 @@ bool fp8_full_tile_pays(int n, long long rows, long long active, int sm_count) {
   return fp8_full_tile_pads_little(n) &&
          estimated_tiles(rows, active, n, kFp8Full.tile) >= kFp8FullTileMinRounds * static_cast<long long>(std::max(sm_count, 1));
 }
-// Whether 128x256 2x1 pairs would leave many groups' odd last M tile short: from
-// kFp8ShortOddMinGroups active groups, at least kFp8ShortOddMaxUnitShare of the pair units are a
-// group's odd last M tile of at most 96 rows (from the host's group sizes; without them, no).
-bool fp8_short_odd_tiles(std::span<const int> group_rows, int n, long long active) {
-  if (active < kFp8ShortOddMinGroups || group_rows.empty()) return false;
-  const long long n_tiles = (n + kFp8Full.tile.n - 1LL) / kFp8Full.tile.n, odd_units = (n_tiles + 1) / 2;
+// Whether 2x1 pairs of `tile` would leave many groups' odd last M tile short: from
+// kShortOddMinGroups active groups, at least kShortOddMaxUnitShare of the pair units are a group's
+// odd last M tile of at most 3/4 of the tile's rows, which the pair splits along N and shares no B of
+// (from the host's group sizes; without them, no; `absorb`: as with absorbed tail rows). FP8
+// (kFp8Full) and bf16 (kHopperLarge, v48).
+bool short_odd_tiles(std::span<const int> group_rows, int n, long long active, TileShape tile, bool absorb = false) {
+  if (active < kShortOddMinGroups || group_rows.empty()) return false;
+  const long long n_tiles = (n + tile.n - 1LL) / tile.n, odd_units = (n_tiles + 1) / 2;
   long long units = 0, short_units = 0;
   for (int r : group_rows) {
     if (r <= 0) continue;
-    const long long m = m_tiles_of(r, kFp8Full.tile.m, false);
+    const long long m = m_tiles_of(r, tile.m, absorb);  // absorb: the last tile takes up to kTailRows more
     units += m / 2 * n_tiles + (m % 2) * odd_units;
-    if (m % 2 == 1 && r - (m - 1) * kFp8Full.tile.m <= kFp8Full.tile.m * 3 / 4) short_units += odd_units;
+    if (m % 2 == 1 && r - (m - 1) * tile.m <= tile.m * 3 / 4) short_units += odd_units;
   }
-  return short_units >= kFp8ShortOddMaxUnitShare * units;
+  return short_units >= kShortOddMaxUnitShare * units;
 }
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
@@ -795,7 +797,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     // time on 2x1 static, docs/results/2026-11-27-v38-fp8-pairs-fused.txt; fewer rows not timed).
     // Gathered ones pair under their own rule (below, kFp8GatherPairMinRows).
     const bool pairable_fused = spec.b_scales == ScaleB::blocks && !spec.fusion.gather_a && mean_rows >= kFp8StaticMinRows;
-    const bool short_odd = fp8_short_odd_tiles(problem.group_rows, problem.n, active);
+    const bool short_odd = short_odd_tiles(problem.group_rows, problem.n, active, kFp8Full.tile);
     if (spec.tile == kFp8Full.tile && spec.scheduler == Scheduler::dynamic && problem.k >= kFp8PairMinK &&
         (pairable || pairable_fused) && !short_odd) {
       spec.cluster_m = 2;
@@ -903,10 +905,18 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   // Gathered A rows are not multicast, so fuse=gather pairs share B wherever a pair is earned
   // (v38, the layers' fused GEMM1 in turns against single CTAs: Mixtral 16384 0.949x, gpt-oss
   // 16384 0.978x; docs/results/2026-11-27-v38-gather-pairs.txt).
+  // Not where many groups end in a short odd M tile (short_odd_tiles, counted as tail rows would
+  // leave them; v48, unfused, in turns, two processes): at 280-336 rows per expert gpt-oss up took
+  // 0.960-0.987x the 2x1 pairs' time on single CTAs on 6 fresh routings (the pairs kept at 360-368
+  // rows: singles with tail rows 0.98x), as B-sharing pairs lost 1.15-1.24x on DeepSeek-V3 up and
+  // Maverick down at 272-320 rows (docs/results/2026-11-28-v48-bf16-pairs-many-groups*.csv).
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 2048 && mean_rows >= 256) {
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
     if (tiles * k_blocks >= 2000LL * std::max(sm_count, 1)) {
-      if (problem.n % spec.tile.n != 0 || problem.fusion.gather_a) spec.cluster_m = 2;
+      if (problem.fusion.gather_a) spec.cluster_m = 2;
+      else if (problem.n % spec.tile.n != 0)
+        spec.cluster_m = short_odd_tiles(problem.group_rows, problem.n, active, spec.tile,
+                                         absorbed_tails_pay(spec, problem, active, mean_rows, sm_count)) ? 1 : 2;
       else spec.cluster_n = kHopperLargePair.cluster_n;
     }
   }
