@@ -909,7 +909,10 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   // leave them; v48, unfused, in turns, two processes): at 280-336 rows per expert gpt-oss up took
   // 0.960-0.987x the 2x1 pairs' time on single CTAs on 6 fresh routings (the pairs kept at 360-368
   // rows: singles with tail rows 0.98x), as B-sharing pairs lost 1.15-1.24x on DeepSeek-V3 up and
-  // Maverick down at 272-320 rows (docs/results/2026-11-28-v48-bf16-pairs-many-groups*.csv).
+  // Maverick down at 272-320 rows (docs/results/2026-11-28-v48-bf16-pairs-many-groups*.csv). The odd
+  // tiles' units come after all of a group's pair units and read its B from DRAM again: ordered right
+  // after their two N tiles' pairs they took gpt-oss up there to 0.94-0.96x (pairs then 0.97-0.99x the
+  // singles), but gpt-oss down 16384 to 1.036x (docs/experiments/2026-11-28-pair-odd-units-interleaved.patch).
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 2048 && mean_rows >= 256) {
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
     if (tiles * k_blocks >= 2000LL * std::max(sm_count, 1)) {
