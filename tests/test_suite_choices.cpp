@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../examples/moe_models.hpp"  // the suite's models (kMoeModels) and route_top_k
 #include "heuristics/config.hpp"
 #include "moejit/moejit.hpp"
 
@@ -25,44 +26,19 @@ using namespace moejit;
 
 namespace {
 
-struct SuiteModel {
-  const char* name;
-  int experts, topk, up_n, up_k, down_n, down_k;
-};
-// ../shared/docs/moe-shapes.md
-constexpr SuiteModel kSuite[] = {
-    {"gpt-oss-120b", 128, 4, 5760, 2880, 2880, 2880},
-    {"mixtral-8x7b", 8, 2, 28672, 4096, 4096, 14336},
-    {"deepseek-v3", 256, 8, 4096, 7168, 7168, 2048},
-    {"qwen3-30b-a3b", 128, 8, 1536, 2048, 2048, 768},
-};
 constexpr int kTokens[] = {16, 128, 1024, 4096, 16384};
-
-// Top-k of random normal logits per token -> rows per expert (as examples/moe_models.hpp routes).
-std::vector<int> route(const SuiteModel& m, int tokens, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> logit;
-  std::vector<int> counts(m.experts, 0), order(m.experts);
-  std::vector<float> l(m.experts);
-  for (int t = 0; t < tokens; ++t) {
-    for (auto& x : l) x = logit(rng);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + m.topk, order.end(), [&](int a, int b) { return l[a] > l[b]; });
-    for (int j = 0; j < m.topk; ++j) counts[order[j]]++;
-  }
-  return counts;
-}
 
 // "model gemm tokens format fusion" -> the chosen spec's text, for every suite case.
 std::map<std::string, std::string> current_choices() {
   const Arch hopper{9, 0, true};
   std::map<std::string, std::string> out;
-  for (const SuiteModel& m : kSuite)
+  for (const examples::MoeModel& m : examples::kMoeModels)
     for (const char* gemm : {"up", "down"})
       for (int tokens : kTokens) {
         const bool up = std::string(gemm) == "up";
-        const int n = up ? m.up_n : m.down_n, k = up ? m.up_k : m.down_k;
-        const std::vector<int> rows = route(m, tokens, (unsigned)(m.experts * 131 + tokens * 7 + (up ? 1 : 2)));
+        const int n = up ? m.up_n : m.hidden, k = up ? m.hidden : m.intermediate;
+        std::mt19937 rng((unsigned)(m.experts * 131 + tokens * 7 + (up ? 1 : 2)));
+        const std::vector<int> rows = examples::route_top_k(tokens, m, rng);
         const long long total = std::accumulate(rows.begin(), rows.end(), 0LL);
         for (const char* format : {"bf16", "e4m3", "mxfp4", "nvfp4"})
           for (const char* fuse : {"none", "scatter+weight"}) {
