@@ -133,6 +133,10 @@ long long m_tiles_of(int rows, int tile_m, bool absorb) {
   return (rows + tile_m - 1) / tile_m - (absorb && ends_in_tail(rows, tile_m) ? 1 : 0);
 }
 
+// 2x1 pair units of a group of m_tiles M tiles and n_tiles N tiles, as common/scheduler.cuh counts
+// them: floor(m / 2) x n_tiles pairs of M tiles, and ceil(n_tiles / 2) for an odd last M tile.
+long long pair_units(long long m_tiles, long long n_tiles) { return m_tiles / 2 * n_tiles + (m_tiles % 2) * ((n_tiles + 1) / 2); }
+
 // Rounds of tiles of `spec` over the groups, with or without absorbed tail rows (the tail-row rules;
 // and, without, the FP8 pairs' tile choice).
 // Units of work as the kernel's cursor counts them: tiles, pairs of N tiles (1x2) or pair units (2x1:
@@ -144,7 +148,7 @@ long long unit_rounds(const KernelSpec& spec, std::span<const int> group_rows, i
   for (int r : group_rows) {
     if (r <= 0) continue;
     const long long m_tiles = m_tiles_of(r, spec.tile.m, absorb);
-    units += spec.cluster_m == 2 ? m_tiles / 2 * n_tiles + (m_tiles % 2) * ((n_tiles + 1) / 2) : m_tiles * n_units;
+    units += spec.cluster_m == 2 ? pair_units(m_tiles, n_tiles) : m_tiles * n_units;
   }
   const long long clusters = std::max(1, sm_count / (spec.cluster_m * spec.cluster_n));
   return (units + clusters - 1) / clusters;
@@ -341,7 +345,7 @@ bool short_odd_tiles(std::span<const int> group_rows, int n, long long active, T
   for (int r : group_rows) {
     if (r <= 0) continue;
     const long long m = m_tiles_of(r, tile.m, absorb);  // absorb: the last tile takes up to kTailRows more
-    units += m / 2 * n_tiles + (m % 2) * odd_units;
+    units += pair_units(m, n_tiles);
     if (m % 2 == 1 && r - (m - 1) * tile.m <= tile.m * 3 / 4) short_units += odd_units;
   }
   return short_units >= kShortOddMaxUnitShare * units;
