@@ -87,6 +87,8 @@ std::vector<std::string> tile_texts(KernelFamily family) {
            // absorbed tail rows (every case but the atomic ones: GEMM2 since v41, gathered GEMM1 since v42)
            "tile=128x256x64,stages=4,sched=dynamic,tail=24", "tile=128x256x64,stages=4,cluster=1x2,sched=static,tail=24",
            "tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,tail=24",
+           // a group's odd last M tile's units among its pair units (v49)
+           "tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,tail=24,pair_order=interleaved",
            // the mixed tile order (v43), and on the pairs a layer's GEMMs take it on under skew (v44)
            "tile=128x256x64,stages=4,sched=dynamic,tail=24,mix=256",
            "tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,tail=24,mix=256",

@@ -42,7 +42,10 @@ std::vector<KernelSpec> pair_m_specs() {
                            "tile=128x128x64,stages=6,layout=contiguous,sched=dynamic",
                            // absorbed tail rows on pairs sharing B (v42)
                            "tile=128x256x64,stages=4,layout=contiguous,sched=dynamic,tail=24",
-                           "tile=128x256x64,stages=4,layout=masked,sched=static,c=f32,tail=24"}) {
+                           "tile=128x256x64,stages=4,layout=masked,sched=static,c=f32,tail=24",
+                           // a group's odd last M tile's units among its pair units (v49)
+                           "tile=128x256x64,stages=4,layout=contiguous,sched=dynamic,pair_order=interleaved",
+                           "tile=128x256x64,stages=4,layout=masked,sched=dynamic,c=f32,tail=24,pair_order=interleaved"}) {
     KernelSpec s = KernelSpec::parse(fmt::format("family=hopper,arch={},cluster=2x1,{}", arch.to_text(), text));
     s.validate();
     out.push_back(s);

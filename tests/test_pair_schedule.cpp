@@ -99,9 +99,10 @@ struct Outcome {
 // from the shared counter, handed to rank 1 through the ring: the same numbers), each rank with
 // its own cursor, as in the kernel.
 // kTail: absorbed tail rows (the 16-bit kernel's tail=24): a group's last M tile may hold kTail more rows.
-template <int kLayout, int kTail>
+// kInterleaved: pair_order=interleaved (a group's odd last M tile's units among its pair units).
+template <int kLayout, int kTail, bool kInterleaved = false>
 void walk(const GroupedGemmParams& p, const std::vector<int>& tile_numbers, Outcome& out) {
-  GroupTileCursor<kLayout, kBlockM, kBlockN, kTail, 0, true> cursor[2];
+  GroupTileCursor<kLayout, kBlockM, kBlockN, kTail, 0, true, kClassAll, 0, kInterleaved> cursor[2];
   const int n_tiles = (p.n + kBlockN - 1) / kBlockN;
   for (int t : tile_numbers) {
     TileCoord tile[2];
@@ -130,14 +131,14 @@ void walk(const GroupedGemmParams& p, const std::vector<int>& tile_numbers, Outc
   }
 }
 
-template <int kLayout, int kTail>
+template <int kLayout, int kTail, bool kInterleaved = false>
 Outcome run(const GroupedGemmParams& p, int clusters, bool dynamic, long long total_pair_tiles, std::mt19937& rng) {
   Outcome out;
   if (!dynamic) {
     for (int c = 0; c < clusters; ++c) {
       std::vector<int> numbers;
       for (long long t = c; t <= total_pair_tiles; t += clusters) numbers.push_back((int)t);  // one past the end
-      walk<kLayout, kTail>(p, numbers, out);
+      walk<kLayout, kTail, kInterleaved>(p, numbers, out);
     }
     return out;
   }
@@ -154,7 +155,7 @@ Outcome run(const GroupedGemmParams& p, int clusters, bool dynamic, long long to
     out.last_fetch = std::max(out.last_fetch, t);
     if (t >= total_pair_tiles) done[c] = true, --running;
   }
-  for (int c = 0; c < clusters; ++c) walk<kLayout, kTail>(p, numbers[c], out);
+  for (int c = 0; c < clusters; ++c) walk<kLayout, kTail, kInterleaved>(p, numbers[c], out);
   return out;
 }
 
@@ -179,10 +180,10 @@ struct HostGroups {
   }
 };
 
-template <int kTail = 0>
+template <int kTail = 0, bool kInterleaved = false>
 void check_schedule(const std::vector<int>& rows, int n, bool masked, int clusters, bool dynamic, std::mt19937& rng) {
   INFO("groups " << rows.size() << " n " << n << (masked ? " masked" : " contiguous") << " clusters " << clusters
-                 << (dynamic ? " dynamic" : " static") << " tail " << kTail);
+                 << (dynamic ? " dynamic" : " static") << " tail " << kTail << (kInterleaved ? " interleaved" : ""));
   const int groups = (int)rows.size();
   const HostGroups host(rows, n, 9);
   const GroupedGemmParams p = host.params(masked);
@@ -201,8 +202,8 @@ void check_schedule(const std::vector<int>& rows, int n, bool masked, int cluste
     for (int m = 0; m < m_tiles; ++m)
       for (int j = 0; j < n_tiles; ++j) expected[{g, m, j}] = 1;
   }
-  Outcome out = masked ? run<kLayoutMasked, kTail>(p, clusters, dynamic, pair_tiles, rng)
-                       : run<kLayoutContiguous, kTail>(p, clusters, dynamic, pair_tiles, rng);
+  Outcome out = masked ? run<kLayoutMasked, kTail, kInterleaved>(p, clusters, dynamic, pair_tiles, rng)
+                       : run<kLayoutContiguous, kTail, kInterleaved>(p, clusters, dynamic, pair_tiles, rng);
   CHECK(out.pair_tiles == pair_tiles);
   CHECK(out.computed == expected);  // each tile with rows exactly once, nothing else
   CHECK(out.idle_rank_tiles == expected_idle);
@@ -211,7 +212,7 @@ void check_schedule(const std::vector<int>& rows, int n, bool masked, int cluste
 
 }  // namespace
 
-TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile counts split along N, with and without tail rows", "[scheduler][pairs_m]") {
+TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile counts split along N, with and without tail rows, both pair orders", "[scheduler][pairs_m]") {
   std::mt19937 rng(17);
   // DeepSeek-V3 16384 tokens: 256 experts of 512 +- 22 rows (4 or 5 M tiles), N = 4096.
   std::vector<int> deepseek(256);
@@ -236,6 +237,10 @@ TEST_CASE("2x1 CTA pairs: every 128-row tile once, ranks in lockstep, odd M-tile
           for (int n : {640, 4096}) {
             check_schedule(rows, n, masked, clusters, dynamic, rng);
             check_schedule<24>(rows, n, masked, clusters, dynamic, rng);  // absorbed tail rows (v42)
+            if (dynamic) {  // pair_order=interleaved (v49: the dynamic scheduler's only)
+              check_schedule<0, true>(rows, n, masked, clusters, dynamic, rng);
+              check_schedule<24, true>(rows, n, masked, clusters, dynamic, rng);
+            }
           }
 }
 
@@ -481,6 +486,29 @@ TEST_CASE("FP8 CTA pairs: pair units, the odd last M tile split along N, no idle
       }
   check_pair_units<kLayoutContiguous, 2>(cases[1], 640, false, 5);  // bands over the pair units
   check_pair_units<kLayoutContiguous, 3>(qwen, 4096, false, 66);
+}
+
+TEST_CASE("CTA pairs on the dynamic scheduler: an odd last M tile's unit comes right after the pair units of its two N tiles", "[scheduler][pairs_m]") {
+  // pair_order=interleaved (v49). In the plain order, after all of its group's pair units, the odd
+  // tile's units read the group's B from DRAM again (v48).
+  const HostGroups host({320, 256, 384}, 5 * kBlockN, 1);  // 3 (odd), 2 and 3 M tiles; 5 N tiles
+  const GroupedGemmParams p = host.params(false);
+  GroupTileCursor<kLayoutContiguous, kBlockM, kBlockN, 0, 0, true, kClassAll, 0, true> cursor;  // pair_order=interleaved
+  // Group 0: (m pair 0, n 0), (0, 1), odd unit 0 (n 0-1), (0, 2), (0, 3), odd 1 (n 2-3), (0, 4), odd 2 (n 4).
+  const std::vector<std::pair<int, int>> group0 = {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {0, 3}, {1, 1}, {0, 4}, {1, 2}};
+  int t = 0;
+  for (const auto& [m, n] : group0) {
+    TileCoord c{};
+    REQUIRE(cursor.seek(p, t++, c));
+    CHECK(c.group == 0);
+    CHECK(c.m_block == m);  // the unit's pair index, or floor(T / 2) for the odd tile's units
+    CHECK(c.n_block == n);
+  }
+  for (int n = 0; n < 5; ++n) {  // group 1: an even count keeps the plain order
+    TileCoord c{};
+    REQUIRE(cursor.seek(p, t++, c));
+    CHECK((c.group == 1 && c.m_block == 0 && c.n_block == n));
+  }
 }
 
 // The mixed tile order (KernelSpec::mix, MixedTileCursor): tile t is the heavy stream's (groups of

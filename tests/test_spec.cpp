@@ -448,6 +448,36 @@ TEST_CASE("tile bands: band=N on the Hopper families, printed only when set", "[
   CHECK_THROWS_WITH(KernelSpec::parse("family=hopper,band=wide"), Catch::Matchers::Contains("'band'"));
 }
 
+TEST_CASE("pair order: pair_order=interleaved on 16-bit 2x1 pairs on the dynamic scheduler, printed only when set", "[spec]") {
+  auto plain = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic");
+  CHECK(plain.pair_order == PairOrder::plain);
+  CHECK(plain.to_text().find("pair_order") == std::string::npos);  // earlier texts and keys unchanged
+  CHECK(KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,pair_order=plain") == plain);
+  for (const char* text : {"family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,pair_order=interleaved",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,tail=24,pair_order=interleaved",
+                           "family=hopper,a=f16,b=f16,c=f32,layout=masked,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,pair_order=interleaved",
+                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,fuse=scatter+weight+bias,tail=24,pair_order=interleaved"}) {
+    INFO(text);
+    auto s = KernelSpec::parse(text);
+    s.validate();
+    CHECK(s.to_text().ends_with(",pair_order=interleaved"));
+    CHECK(KernelSpec::parse(s.to_text()) == s);
+  }
+  CHECK_FALSE(KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,pair_order=interleaved").key() ==
+              plain.key());
+  for (const char* bad : {"family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=static,pair_order=interleaved",
+                          "family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic,pair_order=interleaved",
+                          "family=hopper,tile=128x256x64,stages=4,sched=dynamic,pair_order=interleaved",
+                          "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,band=4,pair_order=interleaved",
+                          "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,mix=256,pair_order=interleaved",
+                          "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1,sched=dynamic,pair_order=interleaved",
+                          "family=portable,arch=sm_80,pair_order=interleaved"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(KernelSpec::parse(bad).validate(), Catch::Matchers::Contains("pair_order="));
+  }
+  CHECK_THROWS_WITH(KernelSpec::parse("family=hopper,pair_order=zigzag"), Catch::Matchers::Contains("'pair_order'"));
+}
+
 TEST_CASE("absorbed tail rows: tail=24 on the 16-bit 128x256 Hopper kernel, single CTAs or pairs, any fusion but atomic", "[spec]") {
   auto plain = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=1x2,sched=dynamic");
   CHECK(plain.tail == 0);

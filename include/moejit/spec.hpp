@@ -4,7 +4,7 @@
 //   tile=128x128x32,stages=4,warps=2x4,cluster=1x1,sched=static,fuse=none,act=none
 //
 // A GLU activation adds ",glu=interleaved|split" after act (printed only then, or when split);
-// ",b_scales=", ",split=", ",band=", ",tail=" and ",mix=" follow when not their defaults.
+// ",b_scales=", ",split=", ",band=", ",tail=", ",mix=" and ",pair_order=" follow when not their defaults.
 //
 // to_text() prints every field in that order; parse() accepts the fields in any order,
 // fills omitted ones with defaults, and rejects unknown fields or values with a SpecError
@@ -61,6 +61,13 @@ enum class SplitK { none, tail };
 // skewed routing the hot experts' compute-bound tiles run beside the other experts' DRAM-bound ones
 // rather than in rounds of their own (kernel_templates/moejit/common/scheduler.cuh, MixedTileCursor;
 // docs/perf.md v43). A multiple of 64 up to 4032; 0 = off. Printed as ",mix=R" when not 0.
+// Order of a group's units on 2x1 CTA pairs (Hopper bf16/f16, cluster=2x1, sched=dynamic, band=0,
+// mix=0): plain numbers a group's pair units (M tiles 2i, 2i + 1 at one N tile) over all its N tiles
+// and then, when its M-tile count is odd, its last M tile's units; interleaved puts each of those
+// units right after the pair units of its two N tiles, which so still hold their B tiles in L2
+// (common/scheduler.cuh; docs/perf.md v49: where many groups end in a short odd M tile). Printed as
+// ",pair_order=interleaved" when not plain.
+enum class PairOrder { plain, interleaved };
 inline bool is_glu(Activation a) { return a == Activation::swiglu || a == Activation::swiglu_oai; }
 
 // Compute capability, e.g. {9, 0, true} is sm_90a (arch-specific features: wgmma, setmaxnreg).
@@ -124,6 +131,7 @@ struct KernelSpec {
   int band = 0;                      // hopper only: M tiles per band of the tile order (0 = off)
   int tail = 0;                      // hopper 16-bit only: rows a group's last 128-row tile absorbs (0 or 24)
   int mix = 0;                       // hopper 16-bit or FP8: row bound of the mixed tile order's heavy groups (0 = off)
+  PairOrder pair_order = PairOrder::plain;  // hopper 16-bit, cluster=2x1, sched=dynamic only
 
   std::string to_text() const;
   static KernelSpec parse(std::string_view text);  // throws SpecError
@@ -166,6 +174,7 @@ std::string_view to_text(GluLayout);
 std::string_view to_text(GatherLoad);
 std::string_view to_text(ScaleB);
 std::string_view to_text(SplitK);
+std::string_view to_text(PairOrder);
 // "fuse=...,act=..." (+ ",glu=...", ",gather_by=tma" as in KernelSpec::to_text); KernelSpec::parse reads it back.
 std::string to_text(const Fusion&);
 int element_bytes(DType);  // bytes per element; 4-bit formats: 1 (two elements per byte, see pack_w4_sm90)

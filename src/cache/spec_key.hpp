@@ -31,7 +31,7 @@ struct SpecKeyHash {
 
 // Every field of KernelSpec goes into the key: a field left out makes two specs share one entry
 // (band did until 2026-11-27). A new field changes these sizes; pack it, then update them.
-static_assert(sizeof(KernelSpec) == 112 && sizeof(Fusion) == 20, "KernelSpec changed: pack the new field in pack_spec");
+static_assert(sizeof(KernelSpec) == 116 && sizeof(Fusion) == 20, "KernelSpec changed: pack the new field in pack_spec");
 
 // nullopt when a field does not fit its bits (such a spec never validates); callers then take
 // the text-keyed path, so packing can never make two different specs share an entry.
@@ -64,7 +64,8 @@ inline std::optional<SpecKey> pack_spec(const KernelSpec& s) {
   put(lo, s.cluster_m, 4);
   put(lo, s.fusion.atomic, 1);
   put(lo, static_cast<int>(s.fusion.glu), 1);
-  put(lo, static_cast<int>(s.fusion.gather_by), 1);  // 60 bits
+  put(lo, static_cast<int>(s.fusion.gather_by), 1);
+  put(lo, static_cast<int>(s.pair_order), 1);  // 61 bits
   shift = 0;
   put(hi, s.cluster_n, 4);
   put(hi, s.stages, 8);

@@ -81,10 +81,11 @@ GeneratedSource generate_source(const KernelSpec& spec, const TemplateStore& tem
       fmt::arg("fusion", fusion_code(spec.fusion)),
       fmt::arg("b_channels", spec.b_scales == ScaleB::channels ? "true" : "false"),
       fmt::arg("grid_dependency", spec.grid_dependency() ? "true" : "false"),
-      // Tile order (band=N, mix=R): defines ahead of the first include (common/scheduler.cuh reads
+      // Tile order (band=N, mix=R, pair_order=interleaved): defines ahead of the first include (common/scheduler.cuh reads
       // them); nothing without, so that the sources of specs without them stay as they were.
       fmt::arg("tile_order", (spec.band == 0 ? std::string() : fmt::format("#define MOEJIT_TILE_BAND {}\n", spec.band)) +
-                                 (spec.mix == 0 ? std::string() : fmt::format("#define MOEJIT_TILE_MIX_ROWS {}\n", spec.mix))));
+                                 (spec.mix == 0 ? std::string() : fmt::format("#define MOEJIT_TILE_MIX_ROWS {}\n", spec.mix)) +
+                                 (spec.pair_order == PairOrder::plain ? std::string() : std::string("#define MOEJIT_PAIR_ODD_INTERLEAVED 1\n"))));
   return out;
 }
 

@@ -60,6 +60,7 @@ constexpr EnumNames<GluLayout, 2> kGluLayouts{{{{GluLayout::interleaved, "interl
 constexpr EnumNames<GatherLoad, 2> kGatherLoads{{{{GatherLoad::cp_async, "cp_async"}, {GatherLoad::tma, "tma"}}}};
 constexpr EnumNames<ScaleB, 2> kScaleBs{{{{ScaleB::blocks, "blocks"}, {ScaleB::channels, "channels"}}}};
 constexpr EnumNames<SplitK, 2> kSplitKs{{{{SplitK::none, "none"}, {SplitK::tail, "tail"}}}};
+constexpr EnumNames<PairOrder, 2> kPairOrders{{{{PairOrder::plain, "plain"}, {PairOrder::interleaved, "interleaved"}}}};
 
 int parse_int(std::string_view field, std::string_view text) {
   int value = 0;
@@ -127,6 +128,7 @@ std::string_view to_text(GluLayout v) { return kGluLayouts.text(v); }
 std::string_view to_text(GatherLoad v) { return kGatherLoads.text(v); }
 std::string_view to_text(ScaleB v) { return kScaleBs.text(v); }
 std::string_view to_text(SplitK v) { return kSplitKs.text(v); }
+std::string_view to_text(PairOrder v) { return kPairOrders.text(v); }
 int element_bytes(DType t) { return t == DType::f32 ? 4 : t == DType::bf16 || t == DType::f16 ? 2 : 1; }
 
 std::string to_text(const Fusion& f) {
@@ -173,6 +175,7 @@ std::string KernelSpec::to_text() const {
   if (band != 0) out += fmt::format(",band={}", band);
   if (tail != 0) out += fmt::format(",tail={}", tail);
   if (mix != 0) out += fmt::format(",mix={}", mix);
+  if (pair_order != PairOrder::plain) out += fmt::format(",pair_order={}", moejit::to_text(pair_order));
   return out;
 }
 
@@ -251,13 +254,15 @@ KernelSpec KernelSpec::parse(std::string_view text) {
   if (auto v = take("band")) s.band = parse_int("band", *v);
   if (auto v = take("tail")) s.tail = parse_int("tail", *v);
   if (auto v = take("mix")) s.mix = parse_int("mix", *v);
+  if (auto v = take("pair_order")) s.pair_order = kPairOrders.parse("pair_order", *v);
 
-  static constexpr std::array<std::string_view, 21> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
+  static constexpr std::array<std::string_view, 22> kKnown = {"family", "arch",  "layout",  "a",     "b",    "c",    "acc",
                                                               "tile",   "stages", "warps", "cluster", "sched", "fuse", "act",
-                                                              "glu",    "gather_by", "b_scales", "split", "band", "tail", "mix"};
+                                                              "glu",    "gather_by", "b_scales", "split", "band", "tail", "mix",
+                                                              "pair_order"};
   for (auto& [name, value] : fields)
     if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end())
-      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales, split, band, tail, mix)", name));
+      throw SpecError(fmt::format("spec: unknown field '{}' (known: family, arch, layout, a, b, c, acc, tile, stages, warps, cluster, sched, fuse, act, glu, gather_by, b_scales, split, band, tail, mix, pair_order)", name));
   return s;
 }
 
@@ -448,6 +453,12 @@ void KernelSpec::validate() const {
     // The two cursors' state beside 2x1 pairs' tail rows spilled 8 bytes (ptxas, static scheduler).
     if (cluster_m == 2 && tail != 0) fail("mix={} with cluster=2x1 and tail={} (its consumers spill: not built)", mix, tail);
   }
+  if (pair_order != PairOrder::plain &&
+      !(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16) && b == a && cluster_m == 2 &&
+        cluster_n == 1 && scheduler == Scheduler::dynamic && band == 0 && mix == 0))
+    fail("pair_order={} needs family=hopper, a=b=bf16|f16, cluster=2x1, sched=dynamic, band=0 and mix=0 (the order of "
+         "a group's odd last M tile's units is built for the 16-bit kernel's CTA pairs on the dynamic scheduler)",
+         moejit::to_text(pair_order));
   if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
     fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));
   if (cluster_m != 1 || cluster_n != 1) {
