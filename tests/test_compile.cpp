@@ -422,9 +422,15 @@ TEST_CASE("FP8 portable variants compile for sm_80 with HMMA and no spills", "[c
   check_variants(some, "portable FP8 for sm_80", "HMMA");
 }
 
+namespace {
+std::vector<KernelSpec> pair_m_variants(bool all);  // below: the 2x1 pairs CI compiles
+}
+
 TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]") {
   for (Arch arch : {Arch{8, 0, false}, Arch{8, 9, false}, Arch{9, 0, true}}) {
     auto candidates = heuristic_candidates(arch);
+    if (arch.arch_specific)  // 2x1 pairs: many groups of large experts (v49); parsed, so warps as the heuristic's
+      for (KernelSpec s : pair_m_variants(false)) s.arch = arch, s.warps_m = s.warps_n = 1, candidates.push_back(s);
     for (int groups : {1, 8, 256})
       for (long long rows : {1LL, 16LL, 4096LL, 131072LL}) {
         std::vector<int> sizes(groups, (int)std::max<long long>(1, rows / groups));
@@ -599,7 +605,8 @@ TEST_CASE("heuristic with fusions and quantized operands: a family that has them
 TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[compile]") {
   // (experts, rows per expert, N, K) of suite cases; docs/perf.md v4, v6 and v37 have the measurements.
   // A pair shares A (cluster=1x2) where N is a whole number of 256-wide tiles, else B (2x1, v37);
-  // below 256 rows with K >= 6144 always B (2x1, v39).
+  // below 256 rows with K >= 6144 always B (2x1, v39); on many groups whose weights fill most of L2, B
+  // (2x1 in the interleaved pair order, v49).
   struct Case {
     int groups, rows, n, k;
     bool pair;
@@ -607,7 +614,7 @@ TEST_CASE("hopper heuristic: CTA pairs only for long compute-bound launches", "[
   };
   for (Case c : {Case{8, 4096, 28672, 4096, true},    // Mixtral up 16384 tokens
                  Case{8, 4096, 4096, 14336, true},    // Mixtral down 16384
-                 Case{256, 512, 4096, 7168, true},    // DeepSeek-V3 up 16384
+                 Case{256, 512, 4096, 7168, true, true},  // DeepSeek-V3 up 16384 (58 MB per expert: 2x1, v49)
                  Case{256, 512, 7168, 2048, true},    // DeepSeek-V3 down 16384 (K = 2048; v6: +2%)
                  Case{128, 1024, 1536, 2048, false},  // Qwen3 up 16384 (K = 2048, too little work per SM)
                  Case{256, 128, 4096, 7168, false},   // DeepSeek-V3 up 4096 (memory-bound; v39: 2x1 0.97-1.02x)
@@ -714,7 +721,8 @@ std::vector<KernelSpec> pair_m_variants(bool all) {
   if (!all) {
     texts = {"tile=128x256x64,stages=4,sched=dynamic,layout=masked",
              "tile=128x256x64,stages=4,sched=static,c=f32,fuse=scatter+weight+bias",
-             "tile=128x256x64,stages=4,sched=dynamic,tail=24"};  // absorbed tail rows on pairs (v42)
+             "tile=128x256x64,stages=4,sched=dynamic,tail=24",  // absorbed tail rows on pairs (v42)
+             "tile=128x256x64,stages=4,sched=dynamic,pair_order=interleaved"};  // v49
   } else {
     for (const char* layout : {"contiguous", "masked"})
       for (const char* sched : {"static", "dynamic"})
@@ -727,6 +735,9 @@ std::vector<KernelSpec> pair_m_variants(bool all) {
     texts.push_back("tile=128x256x64,stages=4,sched=static,c=f32,fuse=scatter+weight+atomic");
     texts.push_back("tile=128x256x64,stages=4,sched=static,layout=masked,c=f32,tail=24");
     texts.push_back("tile=128x256x64,stages=4,sched=dynamic,fuse=scatter+weight+bias,tail=24");
+    texts.push_back("tile=128x256x64,stages=4,sched=dynamic,tail=24,pair_order=interleaved");
+    texts.push_back("tile=128x256x64,stages=4,sched=dynamic,fuse=scatter+weight+bias,tail=24,pair_order=interleaved");
+    texts.push_back("tile=128x256x64,stages=4,layout=masked,sched=dynamic,pair_order=interleaved");
   }
   std::vector<KernelSpec> out;
   for (auto& t : texts) {

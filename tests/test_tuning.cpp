@@ -68,6 +68,7 @@ TEST_CASE("packed spec keys: equal specs equal keys, every field changes the key
   vary([](KernelSpec& s) { s.band = 4; });  // a tile order is another kernel (was missing from the key)
   vary([](KernelSpec& s) { s.tail = 24; });
   vary([](KernelSpec& s) { s.mix = 256; });  // the mixed tile order (v43)
+  vary([](KernelSpec& s) { s.pair_order = PairOrder::interleaved; });  // v49
   std::set<std::pair<std::uint64_t, std::uint64_t>> keys;
   keys.insert({pack_spec(base)->lo, pack_spec(base)->hi});
   for (auto& v : variants) {
@@ -227,7 +228,7 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
     int expected;  // 2x1 candidates: static and dynamic, each with and without tail rows (v42), or none
     int heuristic_m = 1;  // the heuristic's cluster_m
   };
-  for (Case c : {Case{256, 512, 4096, 7168, 4},    // DeepSeek-V3 up 16384 tokens (1x2)
+  for (Case c : {Case{256, 512, 4096, 7168, 5, 2},  // DeepSeek-V3 up 16384 tokens (2x1 interleaved, v49; and its plain twins)
                  Case{256, 512, 7168, 2048, 4},    // DeepSeek-V3 down 16384
                  Case{8, 4096, 4096, 14336, 4},    // Mixtral down 16384
                  Case{8, 256, 28672, 4096, 4},     // 2 M tiles per group
@@ -262,16 +263,45 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
     s = choose_spec(down768, kHopper, 132);
     CHECK((s.cluster_m == 2 && s.split == SplitK::none));
   }
-  {  // ragged N (gpt-oss up, N = 5760): 2x1 from 2000 k-blocks per SM, but not where many groups end in a
-     // short odd M tile (v48: 280-336 rows, single CTAs 0.96-0.99x the pairs' time)
-    auto gptoss_up = [](int rows_per_group) {
-      std::vector<int> rows(128, rows_per_group);
-      GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, 128, 5760, 2880, 128LL * rows_per_group, rows};
-      return choose_spec(p, kHopper, 132).cluster_m;
+  {  // Many groups: 2x1 in the interleaved pair order where many groups end in a short odd M tile, or
+     // (unfused) where a group's weights fill most of L2 (v49); otherwise as before: ragged N 2x1 in the
+     // plain order, whole N 1x2.
+    auto choose = [](int groups, int rows_per_group, int n, int k, const char* fuse = "") {
+      std::vector<int> rows(groups, rows_per_group);
+      GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, groups, n, k, (long long)groups * rows_per_group, rows};
+      if (*fuse) p.fusion = KernelSpec::parse(fuse).fusion;
+      return choose_spec(p, kHopper, 132);
     };
-    CHECK(gptoss_up(512) == 2);
-    CHECK(gptoss_up(384) == 2);
-    CHECK(gptoss_up(320) == 1);
+    struct Want {
+      int groups, rows, n, k;
+      const char* fuse;
+      int cluster_m;
+      PairOrder order;
+    };
+    for (Want w : {Want{128, 512, 5760, 2880, "", 2, PairOrder::interleaved},     // gpt-oss up 16384: 33 MB per expert
+                   Want{128, 320, 5760, 2880, "", 2, PairOrder::interleaved},     // a short odd third tile (64 rows)
+                   Want{128, 512, 2880, 2880, "", 2, PairOrder::plain},           // gpt-oss down 16384: 16 MB
+                   Want{256, 512, 4096, 7168, "", 2, PairOrder::interleaved},     // DeepSeek-V3 up 16384: 58 MB
+                   Want{256, 512, 7168, 2048, "", 1, PairOrder::plain},           // DeepSeek-V3 down 16384: 28 MB, 1x2
+                   Want{256, 320, 7168, 2048, "", 2, PairOrder::interleaved},     // ... at 320 rows: short odd tiles
+                   Want{256, 320, 7168, 2048, "fuse=scatter+weight", 2, PairOrder::interleaved},  // its GEMM2 too
+                   Want{256, 512, 7168, 2048, "fuse=scatter+weight", 1, PairOrder::plain},
+                   Want{256, 380, 7168, 2048, "", 1, PairOrder::plain},           // a long odd third tile (124 rows)
+                   Want{128, 640, 3072, 4096, "", 1, PairOrder::plain},           // Qwen3-235B up: 24 MB
+                   Want{8, 4096, 28672, 4096, "", 1, PairOrder::plain}}) {        // Mixtral up 16384: 8 groups, 1x2
+      INFO(w.groups << " groups of " << w.rows << " rows, N " << w.n << " K " << w.k << " " << w.fuse);
+      const KernelSpec s = choose(w.groups, w.rows, w.n, w.k, w.fuse);
+      CHECK(s.cluster_m == w.cluster_m);
+      CHECK(s.cluster_m * s.cluster_n == 2);
+      CHECK(s.scheduler == Scheduler::dynamic);
+      CHECK(s.pair_order == w.order);
+      if (s.cluster_m != 2) continue;
+      // Another routing may want the other order: prewarm builds both.
+      KernelSpec other = s;
+      other.pair_order = s.pair_order == PairOrder::plain ? PairOrder::interleaved : PairOrder::plain;
+      const auto variants = routing_variants(s, w.n, w.k, (long long)w.groups * w.rows);
+      CHECK(std::find(variants.begin(), variants.end(), other) != variants.end());
+    }
   }
   {  // K >= 8192, unfused: pairs from 136 rows, without tail rows (v47: Mixtral down at 544-608 tokens)
     auto choose = [](std::vector<int> rows, int n, int k, const char* fuse = "") {
@@ -908,10 +938,12 @@ TEST_CASE("pairs sharing A (1x2) with tail rows become pairs sharing B (2x1) whe
   auto choose = [](const std::vector<int>& rows) {
     long long total = 0;
     for (int r : rows) total += r;
-    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)rows.size(), 4096, 7168, total, rows};
+    // K = 3072: 24 MB of weights per group, under kInterleavedPairMinGroupBytes (from there many groups
+    // take 2x1 in the interleaved order whatever their M-tile counts, v49).
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)rows.size(), 4096, 3072, total, rows};
     return choose_spec(p, kHopper, 132);
   };
-  // DeepSeek-V3 up 8192 (256 +- 16 rows): groups of 257-280 rows are 2 M tiles with tail rows.
+  // DeepSeek-V3 up 8192's groups (256 +- 16 rows): groups of 257-280 rows are 2 M tiles with tail rows.
   std::vector<int> even(256);
   for (int g = 0; g < 256; ++g) even[g] = g % 2 ? 248 : 264;
   KernelSpec s = choose(even);
@@ -934,13 +966,13 @@ TEST_CASE("pairs sharing A (1x2) with tail rows become pairs sharing B (2x1) whe
     return std::find_if(v.begin(), v.end(), [&](const KernelSpec& x) { return x.cluster_m == cluster_m && x.tail == tail; }) !=
            v.end();
   };
-  CHECK(has(routing_variants(s, 4096, 7168), 2, 24));
-  const auto back = routing_variants(choose(even), 4096, 7168);
+  CHECK(has(routing_variants(s, 4096, 3072), 2, 24));
+  const auto back = routing_variants(choose(even), 4096, 3072);
   CHECK(has(back, 1, 0));
   CHECK(has(back, 1, 24));
   // Ragged N (gpt-oss: 2880) shares B whatever the routing: no 1x2 twin.
   KernelSpec ragged = choose(even);
-  for (const KernelSpec& v : routing_variants(ragged, 2880, 7168)) CHECK(v.cluster_n == 1);
+  for (const KernelSpec& v : routing_variants(ragged, 2880, 3072)) CHECK(v.cluster_n == 1);
 }
 
 TEST_CASE("tuning table: stores, merges, survives garbage lines, disabled without a folder", "[tuning]") {

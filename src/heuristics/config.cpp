@@ -296,9 +296,17 @@ constexpr double kFp8FusedPairMaxRatio = 1.1;
 // known miss). Pairs win from 384 (DeepSeek-V3 up 14336 / 15360: singles 1.02-1.05x). Maverick's
 // unfused pairs at 256 rows (18.5%) took 0.98x: the bound gives that up. Few groups are not affected:
 // Mixtral's 8 at 272-336 rows (25-33%) took 0.89-0.96x on pairs. The round model reads 1.00 on all the
-// many-group launches. Why these units cost the pairs so much is not known.
+// many-group launches. Why these units cost the pairs so much: in the static pairs' order a group's
+// odd last M tile's units come after all of its pair units, when its B has left L2 (v49: the 16-bit
+// dynamic pairs now interleave them, pair_order; on the static scheduler that order aliased with the
+// CTA stride and the FP8 pairs took 1.04-1.08x, v48).
 constexpr long long kShortOddMinGroups = 17;
 constexpr double kShortOddMaxUnitShare = 0.15;
+// 16-bit CTA pairs in the interleaved pair order (KernelSpec::pair_order) on many groups, unfused, also
+// without short odd tiles where one group's weights (N x K x 2 bytes) fill most of the 50 MB L2, so
+// that a group's odd last M tile's units, in the plain order after all of its pair units, read its B
+// from DRAM again (choose_spec, v49).
+constexpr long long kInterleavedPairMinGroupBytes = 30LL << 20;
 // And 128x192 where the rules above leave it on the static scheduler (512+ rows per expert, K <=
 // 3072, N padding less to 192 than to 256: gpt-oss down at 16384 tokens in the suite). Since v33 the
 // A scales come by TMA, which took the 128x192 pair from 1.21 to 1.12 M cycles at the locked clock
@@ -333,22 +341,25 @@ bool fp8_full_tile_pays(int n, long long rows, long long active, int sm_count) {
   return fp8_full_tile_pads_little(n) &&
          estimated_tiles(rows, active, n, kFp8Full.tile) >= kFp8FullTileMinRounds * static_cast<long long>(std::max(sm_count, 1));
 }
-// Whether 2x1 pairs of `tile` would leave many groups' odd last M tile short: from
-// kShortOddMinGroups active groups, at least kShortOddMaxUnitShare of the pair units are a group's
-// odd last M tile of at most 3/4 of the tile's rows, which the pair splits along N and shares no B of
-// (from the host's group sizes; without them, no; `absorb`: as with absorbed tail rows). FP8
-// (kFp8Full) and bf16 (kHopperLarge, v48).
-bool short_odd_tiles(std::span<const int> group_rows, int n, long long active, TileShape tile, bool absorb = false) {
+// Whether 2x1 pairs of `tile` would put many of their units on groups' odd last M tiles of at most
+// `max_last_rows` rows: from kShortOddMinGroups active groups, at least kShortOddMaxUnitShare of the
+// pair units are such a tile's, which the pair splits along N and shares no B of (from the host's
+// group sizes; without them, no; `absorb`: as with absorbed tail rows).
+bool odd_tiles(std::span<const int> group_rows, int n, long long active, TileShape tile, bool absorb, int max_last_rows) {
   if (active < kShortOddMinGroups || group_rows.empty()) return false;
   const long long n_tiles = (n + tile.n - 1LL) / tile.n, odd_units = (n_tiles + 1) / 2;
-  long long units = 0, short_units = 0;
+  long long units = 0, odd = 0;
   for (int r : group_rows) {
     if (r <= 0) continue;
     const long long m = m_tiles_of(r, tile.m, absorb);  // absorb: the last tile takes up to kTailRows more
     units += pair_units(m, n_tiles);
-    if (m % 2 == 1 && r - (m - 1) * tile.m <= tile.m * 3 / 4) short_units += odd_units;
+    if (m % 2 == 1 && r - (m - 1) * tile.m <= max_last_rows) odd += odd_units;
   }
-  return short_units >= kShortOddMaxUnitShare * units;
+  return odd >= kShortOddMaxUnitShare * units;
+}
+// ... of at most 3/4 of the tile's rows (the FP8 static pairs' rules, v48).
+bool short_odd_tiles(std::span<const int> group_rows, int n, long long active, TileShape tile, bool absorb = false) {
+  return odd_tiles(group_rows, n, active, tile, absorb, tile.m * 3 / 4);
 }
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128
@@ -618,6 +629,14 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
       other.cluster_m = chosen.cluster_n, other.cluster_n = chosen.cluster_m;
       for (int tail : {0, kTailRows}) other.tail = tail, add(other);
     }
+    // 2x1 pairs on the dynamic scheduler take the interleaved pair order where many groups end in
+    // a short odd M tile (choose_spec): each such variant in both orders.
+    for (std::size_t i = 0, count = out.size(); i < count; ++i)
+      if (out[i].cluster_m == 2 && out[i].scheduler == Scheduler::dynamic && out[i].band == 0 && out[i].mix == 0) {
+        KernelSpec order = out[i];
+        order.pair_order = order.pair_order == PairOrder::plain ? PairOrder::interleaved : PairOrder::plain;
+        add(order);
+      }
   }
   // Skewed routing (v43): a decode-sized mean whose rows sit mostly in hot groups takes 128x256
   // instead of 64x128 (hot_groups_dominate); a 4-bit prefill tile reading A in order takes tile bands
@@ -909,21 +928,33 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   // Gathered A rows are not multicast, so fuse=gather pairs share B wherever a pair is earned
   // (v38, the layers' fused GEMM1 in turns against single CTAs: Mixtral 16384 0.949x, gpt-oss
   // 16384 0.978x; docs/results/2026-11-27-v38-gather-pairs.txt).
-  // Not where many groups end in a short odd M tile (short_odd_tiles, counted as tail rows would
-  // leave them; v48, unfused, in turns, two processes): at 280-336 rows per expert gpt-oss up took
-  // 0.960-0.987x the 2x1 pairs' time on single CTAs on 6 fresh routings (the pairs kept at 360-368
-  // rows: singles with tail rows 0.98x), as B-sharing pairs lost 1.15-1.24x on DeepSeek-V3 up and
-  // Maverick down at 272-320 rows (docs/results/2026-11-28-v48-bf16-pairs-many-groups*.csv). The odd
-  // tiles' units come after all of a group's pair units and read its B from DRAM again: ordered right
-  // after their two N tiles' pairs they took gpt-oss up there to 0.94-0.96x (pairs then 0.97-0.99x the
-  // singles), but gpt-oss down 16384 to 1.036x (docs/experiments/2026-11-28-pair-odd-units-interleaved.patch).
+  // Many groups (kShortOddMinGroups), ungathered: 2x1 in the interleaved pair order (v49), ragged N
+  // or whole, where many groups end in a short odd M tile (short_odd_tiles, counted as tail rows would
+  // leave them) or, unfused, where a group's weights fill most of L2 (kInterleavedPairMinGroupBytes).
+  // In the plain order a group's odd last M tile's units came after all of its pair units and read
+  // its B from DRAM again: 2x1 then lost 1.06-1.25x to single CTAs or 1x2 at 272-344 rows per expert
+  // (v48, which gave ragged N single CTAs there). In turns, rotated, two or three processes, fresh
+  // routings (docs/results/2026-11-28-v49-pair-order-*.csv), 2x1 interleaved against the old choice:
+  // - DeepSeek-V3 up (58 MB of weights per expert): 264-288 rows 0.85-0.91x (1x2 with tail rows),
+  //   320-344 0.97-0.996x, 384 0.97x, 408-456 0.99-1.01x, 512 (the suite's 16384) 0.98-0.99x, 640-704
+  //   1.00x; Kimi-K2 up 288-640 0.90-1.00x; Llama 4 Maverick down 288-512 0.90-0.98x; GLM-4.5 up (30 MB)
+  //   512-1280 0.96-0.99x; gpt-oss up (33 MB, ragged; was single CTAs or plain 2x1) 280 rows 1.00-1.01x,
+  //   296-384 0.95-0.99x, 512 (the suite's) 0.99x.
+  // - DeepSeek-V3 down (28 MB, K = 2048) at 288-344 rows 0.97-0.99x, also as a layer's GEMM2
+  //   (scatter + weight) 0.975-0.998x; but at 376-392 rows (no short odd tiles) 1.01-1.03x and the GEMM2
+  //   at 512 1.03x: those keep 1x2 (the unfused down 16384 read 0.99x on 2x1 interleaved).
+  //   Qwen3-235B up (24 MB) at 608-672 rows 1.00-1.025x: 1x2. gpt-oss down 16384 (16 MB) 1.007x: plain.
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 2048 && mean_rows >= 256) {
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
     if (tiles * k_blocks >= 2000LL * std::max(sm_count, 1)) {
-      if (problem.fusion.gather_a) spec.cluster_m = 2;
-      else if (problem.n % spec.tile.n != 0)
-        spec.cluster_m = short_odd_tiles(problem.group_rows, problem.n, active, spec.tile,
-                                         absorbed_tails_pay(spec, problem, active, mean_rows, sm_count)) ? 1 : 2;
+      const bool interleaved_pairs =
+          !problem.fusion.gather_a && spec.scheduler == Scheduler::dynamic && active >= kShortOddMinGroups &&
+          !problem.group_rows.empty() &&
+          (short_odd_tiles(problem.group_rows, problem.n, active, spec.tile,
+                           absorbed_tails_pay(spec, problem, active, mean_rows, sm_count)) ||
+           (!problem.fusion.any() && 2LL * problem.n * problem.k >= kInterleavedPairMinGroupBytes));
+      if (interleaved_pairs) spec.cluster_m = 2, spec.pair_order = PairOrder::interleaved;
+      else if (problem.fusion.gather_a || problem.n % spec.tile.n != 0) spec.cluster_m = 2;
       else spec.cluster_n = kHopperLargePair.cluster_n;
     }
   }

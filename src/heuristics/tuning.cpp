@@ -175,6 +175,14 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
   for (int r : problem.group_rows.empty() ? std::span<const int>(typical) : problem.group_rows)
     if (r > 0) ++active, rows += r;
   const double mean_rows = active ? double(rows) / double(active) : 0.0;
+  // The interleaved pair order differs from the plain one only on groups of an odd count of at
+  // least 3 M tiles (128 rows, with or without absorbed tail rows): timed only where there are some.
+  bool odd_pair_groups = false;
+  for (int r : problem.group_rows.empty() ? std::span<const int>(typical) : problem.group_rows)
+    for (int tail : {0, kHopperTailRows}) {
+      const int m_tiles = tail != 0 && r > 128 && r % 128 != 0 && r % 128 <= tail ? r / 128 : (r + 127) / 128;
+      odd_pair_groups |= m_tiles >= 3 && m_tiles % 2 == 1;
+    }
   // split=tail (the 16-bit Hopper kernel, unfused, single CTAs) where pieces keep 16+ K blocks.
   // A launch without host counts runs whole tiles.
   const bool try_split = problem.k >= 2048 && !problem.group_rows.empty() && !problem.group_rows_estimated;
@@ -211,18 +219,22 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
         s.scheduler = sched;
         if (s.family == KernelFamily::portable && (arch.sm() == 86 || arch.sm() == 89)) s.stages = 3;
         // Each config without absorbed tail rows and, where it has them, with (tail=24: 16-bit 128x256);
-        // where the heuristic mixes the tile order (skewed routing), each also with and without it.
+        // where the heuristic mixes the tile order (skewed routing), each also with and without it;
+        // 16-bit 2x1 pairs on the dynamic scheduler in both pair orders where groups have odd M-tile counts.
         for (int mix : {0, chosen.mix})
-          for (int tail : {0, kHopperTailRows}) {
-            s.tail = tail;
-            s.mix = mix;
-            try {
-              s.validate();
-            } catch (const std::exception&) {
-              continue;  // does not fit this arch's shared memory, or split=tail / tail rows / mix where they do not apply
+          for (int tail : {0, kHopperTailRows})
+            for (PairOrder order : {PairOrder::plain, PairOrder::interleaved}) {
+              if (order == PairOrder::interleaved && !odd_pair_groups) continue;
+              s.tail = tail;
+              s.mix = mix;
+              s.pair_order = order;
+              try {
+                s.validate();
+              } catch (const std::exception&) {
+                continue;  // does not fit this arch's shared memory, or split=tail / tail rows / mix / the pair order where they do not apply
+              }
+              if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
             }
-            if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-          }
       }
   };
   if (chosen.a == DType::e4m3 && chosen.family == KernelFamily::hopper)
