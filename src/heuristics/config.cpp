@@ -935,15 +935,17 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   // its B from DRAM again: 2x1 then lost 1.06-1.25x to single CTAs or 1x2 at 272-344 rows per expert
   // (v48, which gave ragged N single CTAs there). In turns, rotated, two or three processes, fresh
   // routings (docs/results/2026-11-28-v49-pair-order-*.csv), 2x1 interleaved against the old choice:
-  // - DeepSeek-V3 up (58 MB of weights per expert): 264-288 rows 0.85-0.91x (1x2 with tail rows),
-  //   320-344 0.97-0.996x, 384 0.97x, 408-456 0.99-1.01x, 512 (the suite's 16384) 0.98-0.99x, 640-704
-  //   1.00x; Kimi-K2 up 288-640 0.90-1.00x; Llama 4 Maverick down 288-512 0.90-0.98x; GLM-4.5 up (30 MB)
-  //   512-1280 0.96-0.99x; gpt-oss up (33 MB, ragged; was single CTAs or plain 2x1) 280 rows 1.00-1.01x,
-  //   296-384 0.95-0.99x, 512 (the suite's) 0.99x.
-  // - DeepSeek-V3 down (28 MB, K = 2048) at 288-344 rows 0.97-0.99x, also as a layer's GEMM2
-  //   (scatter + weight) 0.975-0.998x; but at 376-392 rows (no short odd tiles) 1.01-1.03x and the GEMM2
+  // - DeepSeek-V3 up (56 MiB of weights per expert): 264-288 rows 0.85-0.89x (1x2 with tail rows),
+  //   320-344 0.96-0.996x, 384 0.97x, 408-456 0.99-1.01x, 512 (the suite's 16384) 0.97-0.99x, 640-704
+  //   1.00x; Kimi-K2 up 288-640 0.89-1.00x; Llama 4 Maverick down 288-512 0.90-0.98x; GLM-4.5 up (30 MiB)
+  //   512-1280 0.96-1.00x; gpt-oss up (32 MiB, ragged; was single CTAs or plain 2x1) 280 rows 1.00-1.01x,
+  //   296-384 0.95-0.99x, 512 (the suite's) 0.98-0.995x.
+  // - DeepSeek-V3 down (28 MiB, K = 2048) at 296-344 rows 0.97-0.99x, also as a layer's GEMM2
+  //   (scatter + weight) 0.975-0.998x; but at 376-392 rows (no short odd tiles) 1.00-1.03x and the GEMM2
   //   at 512 1.03x: those keep 1x2 (the unfused down 16384 read 0.99x on 2x1 interleaved).
-  //   Qwen3-235B up (24 MB) at 608-672 rows 1.00-1.025x: 1x2. gpt-oss down 16384 (16 MB) 1.007x: plain.
+  //   Qwen3-235B up (24 MiB) at 608-672 rows 1.00-1.025x: 1x2. gpt-oss down 16384 (16 MiB) 1.007x: plain.
+  //   Under Nsight Compute, DeepSeek-V3 up 10240 read 28.3 GB from DRAM in the plain order, 17.4
+  //   interleaved, 17.6 on 1x2 (docs/perf.md v49).
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 2048 && mean_rows >= 256) {
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
     if (tiles * k_blocks >= 2000LL * std::max(sm_count, 1)) {
