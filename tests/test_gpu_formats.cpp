@@ -269,12 +269,15 @@ QuantProblem w4_problem(GroupLayout layout, DType format, DType c, std::vector<i
   return p;
 }
 
-void run_spec(const KernelSpec& spec, QuantProblem& p, const std::string& what) {
+// `launches` > 1: the dynamic scheduler's counter must reset itself between launches.
+void run_spec(const KernelSpec& spec, QuantProblem& p, const std::string& what, int launches = 1) {
   Kernel kernel = runtime().kernel(spec);
-  p.poison();
-  kernel.launch(p.args(), nullptr);
-  MOEJIT_CU(driver().cuCtxSynchronize());
-  check_result(p, fmt::format("{} spec {}", what, spec.to_text()));
+  for (int i = 0; i < launches; ++i) {
+    p.poison();
+    kernel.launch(p.args(), nullptr);
+    MOEJIT_CU(driver().cuCtxSynchronize());
+    check_result(p, fmt::format("{} spec {} launch {}", what, spec.to_text(), i));
+  }
 }
 
 }  // namespace
@@ -420,16 +423,20 @@ TEST_CASE("fp8: CTA pairs (cluster=2x1): odd M-tile counts split along N, odd N-
   // Groups of 1-5 M tiles of 128 (odd ones give their last tile to both ranks, split along N) and
   // N = 640 / 768: 3 N tiles of 256 (rank 1 idle on an odd group's last unit) / 4 of 192; K = 1024.
   const std::vector<int> rows = {490, 534, 0, 129, 1, 128, 257, 640, 383};
-  for (const char* variant : {"tile=128x256x128,stages=4", "tile=128x192x128,stages=4,c=f32", "tile=128x128x128,stages=5,layout=masked",
-                              "tile=128x256x128,stages=4,band=2"}) {
+  // Static, and (v49) dynamic: rank 0 takes the unit numbers for both CTAs, in both pair orders; two
+  // launches each (the counter's reset).
+  for (const char* variant : {"tile=128x256x128,stages=4,sched=static", "tile=128x192x128,stages=4,c=f32,sched=static",
+                              "tile=128x128x128,stages=5,layout=masked,sched=static", "tile=128x256x128,stages=4,band=2,sched=static",
+                              "tile=128x256x128,stages=4,sched=dynamic", "tile=128x256x128,stages=4,sched=dynamic,pair_order=interleaved",
+                              "tile=128x192x128,stages=4,layout=masked,c=f32,sched=dynamic,pair_order=interleaved"}) {
     for (bool channels : {false, true}) {
-      KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,a=e4m3,b=e4m3,cluster=2x1,sched=static,{}{}", variant,
+      KernelSpec spec = KernelSpec::parse(fmt::format("family=hopper,a=e4m3,b=e4m3,cluster=2x1,{}{}", variant,
                                                       channels ? ",b_scales=channels" : ""));
       spec.arch = runtime().arch();
       for (int n : {640, 768}) {
         auto p = fp8_problem(spec.layout, spec.c, rows, n, 1024, rng, channels ? ScalesA::per_row : ScalesA::block_1x128,
                              channels ? ScalesB::per_channel : ScalesB::block_128x128);
-        run_spec(spec, p, fmt::format("pairs, N = {}", n));
+        run_spec(spec, p, fmt::format("pairs, N = {}", n), spec.scheduler == Scheduler::dynamic ? 2 : 1);
       }
     }
   }

@@ -90,6 +90,8 @@ std::vector<Family> families() {
                           "tile=16x128x64,stages=8", "tile=48x128x64,stages=8", "tile=128x128x128,stages=6", "tile=64x256x128,stages=4", "tile=64x256x128,stages=5",
                           "tile=128x192x128,stages=4", "tile=128x192x128,stages=5", "tile=128x256x128,stages=4",
                           "tile=128x256x128,stages=4,cluster=2x1,sched=static", "tile=128x192x128,stages=4,cluster=2x1,sched=static",
+                          // FP8 pairs on the dynamic scheduler, interleaved (v49; ungathered: the gathered cases skip)
+                          "tile=128x256x128,stages=4,cluster=2x1,sched=dynamic,pair_order=interleaved",
                           // 4-bit prefill tiles banded (v43: the heuristic's where a group's A outgrows L2)
                           "tile=128x128x64,stages=8,band=2", "tile=256x128x64,stages=4,band=2",
                           // FP8 in the mixed tile order (v44: a skewed layer's GEMMs; 128 rows splits these tests' groups)

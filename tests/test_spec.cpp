@@ -244,12 +244,15 @@ TEST_CASE("hopper CTA pairs: 1x2 (A shared) and 2x1 (B shared) with 128-row tile
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=2x2", {"cluster=2x2"});
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=4x1", {"cluster=4x1"});
   require_rejected("family=hopper,tile=128x256x64,stages=4,cluster=0x2", {"cluster=0x2"});
-  // FP8 (v30): 2x1 on the static scheduler (fused and c=e4m3 too since v38); not 1x2, not dynamic.
+  // FP8 (v30): 2x1 on the static scheduler (fused and c=e4m3 too since v38), ungathered on the
+  // dynamic one too (v49); not 1x2.
   CHECK_NOTHROW(KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1").validate());
+  CHECK_NOTHROW(KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1,sched=dynamic").validate());
+  CHECK_NOTHROW(KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,tile=128x192x128,stages=4,cluster=2x1,sched=dynamic,"
+                                  "fuse=scatter+weight").validate());
   CHECK_NOTHROW(KernelSpec::parse("family=hopper,a=e4m3,b=e4m3,c=e4m3,tile=128x256x128,stages=4,cluster=2x1,"
                                   "fuse=gather+bias,act=swiglu,glu=split").validate());
   require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=1x2", {"cluster=1x2", "2x1"});
-  require_rejected("family=hopper,a=e4m3,b=e4m3,cluster=2x1,sched=dynamic", {"cluster=2x1", "sched=static"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1,sched=dynamic,fuse=gather",
                    {"cluster=2x1", "sched=static"});
   require_rejected("family=hopper,a=e4m3,b=e4m3,tile=64x256x128,stages=4,cluster=2x1", {"cluster=2x1", "128-row tiles"});
@@ -448,7 +451,7 @@ TEST_CASE("tile bands: band=N on the Hopper families, printed only when set", "[
   CHECK_THROWS_WITH(KernelSpec::parse("family=hopper,band=wide"), Catch::Matchers::Contains("'band'"));
 }
 
-TEST_CASE("pair order: pair_order=interleaved on 16-bit 2x1 pairs on the dynamic scheduler, printed only when set", "[spec]") {
+TEST_CASE("pair order: pair_order=interleaved on 16-bit and FP8 2x1 pairs on the dynamic scheduler, printed only when set", "[spec]") {
   auto plain = KernelSpec::parse("family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic");
   CHECK(plain.pair_order == PairOrder::plain);
   CHECK(plain.to_text().find("pair_order") == std::string::npos);  // earlier texts and keys unchanged
@@ -456,7 +459,9 @@ TEST_CASE("pair order: pair_order=interleaved on 16-bit 2x1 pairs on the dynamic
   for (const char* text : {"family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,pair_order=interleaved",
                            "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,tail=24,pair_order=interleaved",
                            "family=hopper,a=f16,b=f16,c=f32,layout=masked,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,pair_order=interleaved",
-                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,fuse=scatter+weight+bias,tail=24,pair_order=interleaved"}) {
+                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,fuse=scatter+weight+bias,tail=24,pair_order=interleaved",
+                           // FP8 pairs on the dynamic scheduler (v49)
+                           "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1,sched=dynamic,pair_order=interleaved"}) {
     INFO(text);
     auto s = KernelSpec::parse(text);
     s.validate();
@@ -470,7 +475,7 @@ TEST_CASE("pair order: pair_order=interleaved on 16-bit 2x1 pairs on the dynamic
                           "family=hopper,tile=128x256x64,stages=4,sched=dynamic,pair_order=interleaved",
                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,band=4,pair_order=interleaved",
                           "family=hopper,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic,mix=256,pair_order=interleaved",
-                          "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1,sched=dynamic,pair_order=interleaved",
+                          "family=hopper,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1,sched=static,pair_order=interleaved",
                           "family=portable,arch=sm_80,pair_order=interleaved"}) {
     INFO(bad);
     CHECK_THROWS_WITH(KernelSpec::parse(bad).validate(), Catch::Matchers::Contains("pair_order="));

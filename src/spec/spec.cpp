@@ -454,10 +454,11 @@ void KernelSpec::validate() const {
     if (cluster_m == 2 && tail != 0) fail("mix={} with cluster=2x1 and tail={} (its consumers spill: not built)", mix, tail);
   }
   if (pair_order != PairOrder::plain &&
-      !(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16) && b == a && cluster_m == 2 &&
-        cluster_n == 1 && scheduler == Scheduler::dynamic && band == 0 && mix == 0))
-    fail("pair_order={} needs family=hopper, a=b=bf16|f16, cluster=2x1, sched=dynamic, band=0 and mix=0 (the order of "
-         "a group's odd last M tile's units is built for the 16-bit kernel's CTA pairs on the dynamic scheduler)",
+      !(family == KernelFamily::hopper && (a == DType::bf16 || a == DType::f16 || a == DType::e4m3) && b == a &&
+        cluster_m == 2 && cluster_n == 1 && scheduler == Scheduler::dynamic && band == 0 && mix == 0))
+    fail("pair_order={} needs family=hopper, a=b=bf16|f16|e4m3, cluster=2x1, sched=dynamic, band=0 and mix=0 (the "
+         "order of a group's odd last M tile's units is built for the 16-bit and FP8 kernels' CTA pairs on the "
+         "dynamic scheduler)",
          moejit::to_text(pair_order));
   if (fusion.glu != GluLayout::interleaved && !fusion.glu_activation())
     fail("glu={} with act={} (glu applies to act=swiglu|swiglu_oai)", moejit::to_text(fusion.glu), moejit::to_text(fusion.activation));
@@ -494,10 +495,12 @@ void KernelSpec::validate() const {
     if (!fp8_tile_ok)
       fail("tile {}x{}x{} (FP8 allows: 128x128x128|128x192x128|128x256x128|64x256x128; K = one 128-wide scale block)",
            tile.m, tile.n, tile.k);
-    // CTA pairs sharing B (2x1, kernel_templates/moejit/hopper_fp8/: the static scheduler; fused
-    // and c=e4m3 since v38, a gathering pair's CTAs each copying their own rows).
-    if (cluster_n != 1 || (cluster_m == 2 && scheduler != Scheduler::static_persistent))
-      fail("cluster={}x{} (FP8: 1x1, or 2x1 with sched=static)", cluster_m, cluster_n);
+    // CTA pairs sharing B (2x1, kernel_templates/moejit/hopper_fp8/; fused and c=e4m3 since v38, a
+    // gathering pair's CTAs each copying their own rows on the static scheduler; ungathered pairs on
+    // the dynamic one too since v49).
+    if (cluster_n != 1 || (cluster_m == 2 && scheduler != Scheduler::static_persistent && fusion.gather_a))
+      fail("cluster={}x{} with sched={} (FP8: 1x1, or 2x1; gathered 2x1 with sched=static)", cluster_m, cluster_n,
+           moejit::to_text(scheduler));
   } else if (is_weight_only_4bit()) {
     // 4-bit weight-only kernel (kernel_templates/moejit/hopper_w4/grouped_gemm_sm90_w4_rs.cuh):
     // tile M = tokens per tile (the wgmma's N), N = weight rows (128, or 256 with 64 tokens: with

@@ -203,8 +203,9 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   static_assert(kTypeC == kBF16 || kTypeC == kF16 || kTypeC == kF32 || kTypeC == kE4M3, "C must be bf16, f16, f32 or e4m3");
   static_assert(kTypeC != kE4M3 || (!Fuse::scatter && !kSplitTail), "c=e4m3: written in routed order, whole tiles");
   static_assert(!kSplitTail || !Fuse::any, "split=tail: unfused kernels only (a bias would be added once per piece)");
-  static_assert(kClusterM == 1 || (kClusterM == 2 && kBlockM == 128 && kScheduler == kSchedulerStatic && !kSplitTail),
-                "FP8 CTA pairs (cluster=2x1): 128-row tiles, static scheduler, whole tiles");
+  static_assert(kClusterM == 1 || (kClusterM == 2 && kBlockM == 128 && !kSplitTail &&
+                                   (kScheduler == kSchedulerStatic || !Fuse::gather)),
+                "FP8 CTA pairs (cluster=2x1): 128-row tiles, whole tiles; the dynamic scheduler ungathered");
 
   constexpr bool kSplitN = kBlockM == 64;
   constexpr int kWgN = kSplitN ? kBlockN / 2 : kBlockN;  // 128
@@ -237,10 +238,12 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // A group with an odd M-tile count gives its last M tile to both ranks, split along N (v32,
   // GroupTileCursor's kPairs units, pair_unit_tile): each rank loads its own A and both halves of
   // its own B, and the stages are still freed by both, so that the ranks stay in lockstep. (Before,
-  // rank 1 idled through that tile: ~9% of the tile slots at 1024 +- 31 rows per expert.) Static
-  // scheduler only: both ranks walk the same units, cluster c taking c, c + clusters, ... Fused
-  // and c=e4m3 too (v38): the epilogue is each CTA's own, and a gathering pair's CTAs each copy
-  // their own rows and A scales (the gathering producer walks the same units).
+  // rank 1 idled through that tile: ~9% of the tile slots at 1024 +- 31 rows per expert.) Both
+  // ranks walk the same units: on the static scheduler cluster c takes c, c + clusters, ...; on the
+  // dynamic one (v49, ungathered) rank 0's producer takes each unit number from the counter and
+  // writes it into both CTAs' tile rings (TileRing's kPaired). Fused and c=e4m3 too (v38): the
+  // epilogue is each CTA's own, and a gathering pair's CTAs each copy their own rows and A scales
+  // (the gathering producer walks the same units; static scheduler).
   constexpr bool kPairM = kClusterM == 2;
   const unsigned rank = kPairM ? cluster_ctarank() : 0u;
   const int cluster_id = kPairM ? cluster_id_x() : (int)blockIdx.x;
@@ -262,9 +265,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   const unsigned scale_stages = c_staging + (kStaged ? 2 * kCStageBytesPerConsumer : 0u);
   const unsigned full_bars = scale_stages + kStages * kScaleStageBytes;
   const unsigned empty_bars = full_bars + 8 * kStages;
-  TileRing<> ring(empty_bars + 8 * kStages);
-  static_assert(16 * kStages + TileRing<>::kBytes + 8 <= kFp8BarrierBytes, "barriers, tile ring and mix totals past their bytes");
-  int* const mix_totals = reinterpret_cast<int*>(moejit_smem + (empty_bars + 8 * kStages + TileRing<>::kBytes - smem_base));
+  // Paired (dynamic, v49): rank 0 takes each unit number for both CTAs (TileRing's kPaired).
+  using Ring = TileRing<4, kClusterM == 2>;
+  Ring ring(empty_bars + 8 * kStages);
+  static_assert(16 * kStages + Ring::kBytes + 8 <= kFp8BarrierBytes, "barriers, tile ring and mix totals past their bytes");
+  int* const mix_totals = reinterpret_cast<int*>(moejit_smem + (empty_bars + 8 * kStages + Ring::kBytes - smem_base));
   // The scales as generic pointers, so that the consumers' reads are ordinary loads ordered after
   // the full barrier's wait (an asm with a memory clobber).
   const float* const scale_smem = reinterpret_cast<const float*>(moejit_smem + (scale_stages - smem_base));
