@@ -481,9 +481,18 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
   CHECK(fp8_tile(256, 128, 4096, 7168) == "128x256 s4 static 2x1");
   CHECK(fp8_tile(256, 32, 4096, 7168) == "64x256 s4 dynamic");
   CHECK(fp8_tile(8, 256, 28672, 4096) == "128x256 s4 dynamic");    // Mixtral up, 1024 tokens: K = 4096, no pairs (1.07x)
-  // Not where many groups end in a short odd M tile (v48: DeepSeek-V3 / Kimi-K2 up at 320 rows 1.2x on pairs)
-  CHECK(fp8_tile(256, 320, 4096, 7168) == "128x256 s4 dynamic");
+  // Not static where many groups end in a short odd M tile (v48: DeepSeek-V3 / Kimi-K2 up at 320 rows 1.2x
+  // on pairs): below 336 rows pairs on the dynamic scheduler, interleaved (v49), else single CTAs.
+  CHECK(fp8_tile(256, 320, 4096, 7168) == "128x256 s4 dynamic 2x1");
+  CHECK(fp8_tile(256, 272, 4096, 7168) == "128x256 s4 dynamic 2x1");
   CHECK(fp8_tile(256, 336, 4096, 7168) == "128x256 s4 dynamic");    // a third tile of 80 rows: 0.89-0.93x on singles
+  {
+    std::vector<int> rows(256, 320);
+    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 256, 4096, 7168, 256 * 320LL, rows};
+    CHECK(choose_spec(p, kHopper, 132).pair_order == PairOrder::interleaved);
+    p.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;  // fused: single CTAs there, as before
+    CHECK(choose_spec(p, kHopper, 132).cluster_m == 1);
+  }
   CHECK(fp8_tile(256, 384, 4096, 7168) == "128x256 s4 static 2x1");  // odd but whole third tiles
   CHECK(fp8_tile(8, 320, 4096, 14336) != "128x256 s4 dynamic");     // few groups: not affected
   {  // DeepSeek-V3 up 16384's spread (512 +- 22): half the groups end in a short fifth tile, 11% of the units
@@ -535,17 +544,22 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336, 1997, rows};
     CHECK(choose_spec(p, kHopper, 132).cluster_m == 1);
   }
-  {  // the tuner times the FP8 pairs too (128x256 and, since v33, 128x192 2x1, static: the spec rejects them dynamic)
+  {  // the tuner times the FP8 pairs too (128x256 and, since v33, 128x192 2x1), static and, since v49,
+     // dynamic in both pair orders (600 rows: five M tiles, odd)
     std::vector<int> rows(8, 600);
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 2048, 8 * 600LL, rows};
-    int pairs = 0;
+    int pairs = 0, dynamic = 0, interleaved = 0;
     for (const KernelSpec& s : tuning_candidates(p, kHopper, 132))
       if (s.cluster_m == 2) {
         ++pairs;
-        CHECK(s.scheduler == Scheduler::static_persistent);
+        dynamic += s.scheduler == Scheduler::dynamic;
+        interleaved += s.pair_order == PairOrder::interleaved;
+        CHECK((s.scheduler == Scheduler::dynamic || s.pair_order == PairOrder::plain));
         CHECK((s.tile == TileShape{128, 256, 128} || s.tile == TileShape{128, 192, 128}));
       }
-    CHECK(pairs == 2);
+    CHECK(pairs == 6);
+    CHECK(dynamic == 4);
+    CHECK(interleaved == 2);
   }
   {  // fused or E4M3-writing launches pair from 512 rows per expert (v38: the FP8 layer's GEMM1); gathered ones below
     std::vector<int> rows(256, 512);

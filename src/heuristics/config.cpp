@@ -301,6 +301,12 @@ constexpr double kFp8FusedPairMaxRatio = 1.1;
 // dynamic pairs now interleave them, pair_order; on the static scheduler that order aliased with the
 // CTA stride and the FP8 pairs took 1.04-1.08x, v48).
 constexpr long long kShortOddMinGroups = 17;
+// FP8 pairs on the dynamic scheduler in the interleaved order (v49), where short_odd_tiles keeps the
+// static pairs off: in turns against single CTAs on DeepSeek-V3 / Kimi-K2 up and Maverick down
+// (docs/results/2026-11-28-v49-fp8-dynamic-pairs*.csv), 256-296 rows 0.946-0.958x (one process of
+// Kimi-K2 256 1.018x, one of DeepSeek-V3 272 1.001x), 320 rows 0.986-0.994x, but 336-352 rows
+// 0.995-1.020x: from there single CTAs stay.
+constexpr double kFp8DynamicPairMaxRows = 336;
 constexpr double kShortOddMaxUnitShare = 0.15;
 // 16-bit CTA pairs in the interleaved pair order (KernelSpec::pair_order) on many groups, unfused, also
 // without short odd tiles where one group's weights (N x K x 2 bytes) fill most of the 50 MB L2, so
@@ -822,9 +828,13 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     const bool pairable_fused = spec.b_scales == ScaleB::blocks && !spec.fusion.gather_a && mean_rows >= kFp8StaticMinRows;
     const bool short_odd = short_odd_tiles(problem.group_rows, problem.n, active, kFp8Full.tile);
     if (spec.tile == kFp8Full.tile && spec.scheduler == Scheduler::dynamic && problem.k >= kFp8PairMinK &&
-        (pairable || pairable_fused) && !short_odd) {
+        (pairable || pairable_fused)) {
       spec.cluster_m = 2;
-      spec.scheduler = Scheduler::static_persistent;
+      // Where many groups end in a short odd M tile the static pairs lost to single CTAs (v48). Unfused
+      // and below kFp8DynamicPairMaxRows, pairs on the dynamic scheduler in the interleaved order instead.
+      if (!short_odd) spec.scheduler = Scheduler::static_persistent;
+      else if (pairable && mean_rows < kFp8DynamicPairMaxRows) spec.pair_order = PairOrder::interleaved;
+      else spec.cluster_m = 1;
     }
     if (spec.tile == kFp8Wide.tile && spec.scheduler == Scheduler::static_persistent && pairable) spec.cluster_m = 2;
     if (spec.tile == kFp8Wide.tile && spec.cluster_m == 1 && pairable && problem.k >= kFp8PairMinK &&
@@ -1137,10 +1147,18 @@ std::vector<KernelSpec> fp8_candidates(const Arch& arch, KernelFamily family) {
       for (DType c : {DType::bf16, DType::f16, DType::f32})
         for (Scheduler sched : {Scheduler::static_persistent, Scheduler::dynamic})
           if (sched != Scheduler::dynamic || c != DType::f16) add(t, layout, c, sched, 1);  // dynamic f16: as bf16 but for the conversion
-  // CTA pairs sharing B (cluster=2x1, v30): the static scheduler, unfused.
+  // CTA pairs sharing B (cluster=2x1, v30): the static scheduler, unfused; and (v49) the dynamic one
+  // in the interleaved pair order (the plain order too on 128x256, for the tuner).
   for (const TileChoice& t : {kFp8Large, kFp8Wide, kFp8Full})
     for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked})
       for (DType c : {DType::bf16, DType::f32}) add(t, layout, c, Scheduler::static_persistent, 2);
+  for (const TileChoice& t : {kFp8Wide, kFp8Full})
+    for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
+      add(t, layout, DType::bf16, Scheduler::dynamic, 2);
+      out.back().pair_order = PairOrder::interleaved;
+      out.back().validate();
+      if (t.tile == kFp8Full.tile && layout == GroupLayout::contiguous) add(t, layout, DType::bf16, Scheduler::dynamic, 2);
+    }
   return out;
 }
 
