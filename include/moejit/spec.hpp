@@ -61,7 +61,7 @@ enum class SplitK { none, tail };
 // skewed routing the hot experts' compute-bound tiles run beside the other experts' DRAM-bound ones
 // rather than in rounds of their own (kernel_templates/moejit/common/scheduler.cuh, MixedTileCursor;
 // docs/perf.md v43). A multiple of 64 up to 4032; 0 = off. Printed as ",mix=R" when not 0.
-// Order of a group's units on 2x1 CTA pairs (Hopper bf16/f16, cluster=2x1, sched=dynamic, band=0,
+// Order of a group's units on 2x1 CTA pairs (Hopper bf16/f16/e4m3, cluster=2x1, sched=dynamic, band=0,
 // mix=0): plain numbers a group's pair units (M tiles 2i, 2i + 1 at one N tile) over all its N tiles
 // and then, when its M-tile count is odd, its last M tile's units; interleaved puts each of those
 // units right after the pair units of its two N tiles, which so still hold their B tiles in L2
@@ -131,7 +131,7 @@ struct KernelSpec {
   int band = 0;                      // hopper only: M tiles per band of the tile order (0 = off)
   int tail = 0;                      // hopper 16-bit only: rows a group's last 128-row tile absorbs (0 or 24)
   int mix = 0;                       // hopper 16-bit or FP8: row bound of the mixed tile order's heavy groups (0 = off)
-  PairOrder pair_order = PairOrder::plain;  // hopper 16-bit, cluster=2x1, sched=dynamic only
+  PairOrder pair_order = PairOrder::plain;  // hopper 16-bit or FP8, cluster=2x1, sched=dynamic only
 
   std::string to_text() const;
   static KernelSpec parse(std::string_view text);  // throws SpecError
