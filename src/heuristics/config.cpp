@@ -296,10 +296,10 @@ constexpr double kFp8FusedPairMaxRatio = 1.1;
 // known miss). Pairs win from 384 (DeepSeek-V3 up 14336 / 15360: singles 1.02-1.05x). Maverick's
 // unfused pairs at 256 rows (18.5%) took 0.98x: the bound gives that up. Few groups are not affected:
 // Mixtral's 8 at 272-336 rows (25-33%) took 0.89-0.96x on pairs. The round model reads 1.00 on all the
-// many-group launches. Why these units cost the pairs so much: in the static pairs' order a group's
-// odd last M tile's units come after all of its pair units, when its B has left L2 (v49: the 16-bit
-// dynamic pairs now interleave them, pair_order; on the static scheduler that order aliased with the
-// CTA stride and the FP8 pairs took 1.04-1.08x, v48).
+// many-group launches. Why these units cost the static pairs so much: under Nsight Compute the static
+// pairs read 14.3 GB from DRAM on FP8 DeepSeek-V3 up 10240 where single CTAs read 8.25 (7.5 GB of
+// weights); in two other orders of the units 12.7 and 15.7 (v49). They lose the dynamic scheduler's
+// group locality, which the FP8 pairs on the dynamic scheduler keep (kFp8DynamicPairMaxRows).
 constexpr long long kShortOddMinGroups = 17;
 // FP8 pairs on the dynamic scheduler in the interleaved order (v49), where short_odd_tiles keeps the
 // static pairs off: in turns against single CTAs on DeepSeek-V3 / Kimi-K2 up and Maverick down
@@ -347,25 +347,23 @@ bool fp8_full_tile_pays(int n, long long rows, long long active, int sm_count) {
   return fp8_full_tile_pads_little(n) &&
          estimated_tiles(rows, active, n, kFp8Full.tile) >= kFp8FullTileMinRounds * static_cast<long long>(std::max(sm_count, 1));
 }
-// Whether 2x1 pairs of `tile` would put many of their units on groups' odd last M tiles of at most
-// `max_last_rows` rows: from kShortOddMinGroups active groups, at least kShortOddMaxUnitShare of the
-// pair units are such a tile's, which the pair splits along N and shares no B of (from the host's
-// group sizes; without them, no; `absorb`: as with absorbed tail rows).
-bool odd_tiles(std::span<const int> group_rows, int n, long long active, TileShape tile, bool absorb, int max_last_rows) {
+// Whether 2x1 pairs of `tile` would leave many groups' odd last M tile short: from
+// kShortOddMinGroups active groups, at least kShortOddMaxUnitShare of the pair units are a group's
+// odd last M tile of at most 3/4 of the tile's rows, which the pair splits along N and shares no B of
+// (from the host's group sizes; without them, no; `absorb`: as with absorbed tail rows). FP8
+// (kFp8Full: static pairs off, dynamic ones below kFp8DynamicPairMaxRows) and bf16 (kHopperLarge:
+// 2x1 in the interleaved pair order; v48, v49).
+bool short_odd_tiles(std::span<const int> group_rows, int n, long long active, TileShape tile, bool absorb = false) {
   if (active < kShortOddMinGroups || group_rows.empty()) return false;
   const long long n_tiles = (n + tile.n - 1LL) / tile.n, odd_units = (n_tiles + 1) / 2;
-  long long units = 0, odd = 0;
+  long long units = 0, short_units = 0;
   for (int r : group_rows) {
     if (r <= 0) continue;
     const long long m = m_tiles_of(r, tile.m, absorb);  // absorb: the last tile takes up to kTailRows more
     units += pair_units(m, n_tiles);
-    if (m % 2 == 1 && r - (m - 1) * tile.m <= max_last_rows) odd += odd_units;
+    if (m % 2 == 1 && r - (m - 1) * tile.m <= tile.m * 3 / 4) short_units += odd_units;
   }
-  return odd >= kShortOddMaxUnitShare * units;
-}
-// ... of at most 3/4 of the tile's rows (the FP8 static pairs' rules, v48).
-bool short_odd_tiles(std::span<const int> group_rows, int n, long long active, TileShape tile, bool absorb = false) {
-  return odd_tiles(group_rows, n, active, tile, absorb, tile.m * 3 / 4);
+  return short_units >= kShortOddMaxUnitShare * units;
 }
 // 4-bit weight-only (hopper_w4/ register-A kernel, docs/results/2026-11-23-w4-prototype.md, H100,
 // MXFP4 v2): 64 tokens per tile beat 128 at 16 and 128 tokens (1199-1330 vs 861-1074 GB/s), 128

@@ -214,9 +214,10 @@ struct GroupTileCursor {
         // pair_order=interleaved, an odd M-tile count: each two N tiles' pair units (M fastest),
         // then the odd last M tile's unit of the same two N tiles, which so finds their B tiles
         // still in L2. In the plain order it came after all of the group's pair units and read B
-        // from DRAM again (bf16 2x1 on the dynamic scheduler: DeepSeek-V3 up at 320 rows per expert
-        // 0.81x the time interleaved, docs/perf.md v48). Per launch, because it cost gpt-oss down
-        // 16384 3.6%, and on the dynamic scheduler only: on the static one each CTA pair takes the
+        // from DRAM again (bf16 2x1 on the dynamic scheduler, DeepSeek-V3 up at 320 rows per expert:
+        // 28.3 against 17.4 GB of DRAM reads, 0.76x the cycles interleaved; docs/perf.md v49). Per
+        // launch (a spec field), because where a group's B fits L2 it cost up to 3.6% (gpt-oss down
+        // 16384, v48), and on the dynamic scheduler only: on the static one each CTA pair takes the
         // same place in every group's cycle of 2 x pairs + 1 units (FP8: 1.04-1.08x). An even count
         // keeps the plain order (the two coincide there).
         const int width = 2 * rect_m + 1, c = local / width, r = local - c * width;
