@@ -89,3 +89,41 @@ TEST_CASE("the suite's heuristic choices are the pinned ones (tests/data/suite_c
   CHECK(changes == 0);
   CHECK(pinned.size() == now.size());
 }
+
+// Every choice the heuristic makes must validate: choose_spec validates its result and throws where
+// two rules combine into a spec no kernel has (v49's first interleaved-pair rule met the mixed tile
+// order under skew and threw, so moe_layer's DeepSeek-V3 layer at 10240 tokens had no fused GEMMs).
+// All models of examples/moe_models.hpp, token counts between and past the suite's, random and
+// skewed routing, each format and a layer's fusions.
+TEST_CASE("the heuristic's choice validates for every model, token count, routing, format and fusion", "[tuning]") {
+  const Arch hopper{9, 0, true};
+  std::vector<examples::MoeModel> models(std::begin(examples::kMoeModels), std::end(examples::kMoeModels));
+  models.insert(models.end(), std::begin(examples::kMoreMoeModels), std::end(examples::kMoreMoeModels));
+  int checked = 0;
+  for (const examples::MoeModel& m : models)
+    for (int tokens : {16, 200, 1024, 2048, 5000, 8704, 10240, 12288, 16384, 24576})
+      for (bool skewed : {false, true})
+        for (const char* gemm : {"up", "down"}) {
+          const bool up = std::string(gemm) == "up";
+          const int n = up ? m.up_n : m.hidden, k = up ? m.hidden : m.intermediate;
+          std::mt19937 rng((unsigned)(tokens * 31 + m.experts + (skewed ? 7 : 0) + (up ? 1 : 2)));
+          const std::vector<int> rows = skewed ? examples::route_top_k_skewed(tokens, m, rng) : examples::route_top_k(tokens, m, rng);
+          const long long total = std::accumulate(rows.begin(), rows.end(), 0LL);
+          for (const char* format : {"bf16", "e4m3", "mxfp4", "nvfp4"})
+            for (const char* fuse : {"", "fuse=scatter+weight", "fuse=gather,act=swiglu,glu=split"}) {
+              const std::string f(format);
+              if (*fuse && std::string(fuse).find("gather") != std::string::npos && (!up || f == "nvfp4")) continue;
+              if (*fuse && std::string(fuse).find("scatter") != std::string::npos && up) continue;
+              GemmProblem p{GroupLayout::contiguous, f == "e4m3" ? DType::e4m3 : DType::bf16, DType::bf16, m.experts, n, k, total, rows};
+              if (f == "mxfp4") p.b_type = DType::mxfp4;
+              if (f == "nvfp4") p.b_type = DType::nvfp4;
+              if (*fuse) p.fusion = KernelSpec::parse(fuse).fusion;
+              INFO(fmt::format("{} {} {} tokens, {} routing, {} {}", m.name, gemm, tokens, skewed ? "skewed" : "random", format, fuse));
+              KernelSpec s;
+              REQUIRE_NOTHROW(s = choose_spec(p, hopper, 132));
+              CHECK_NOTHROW(s.validate());
+              ++checked;
+            }
+        }
+  CHECK(checked > 2000);
+}

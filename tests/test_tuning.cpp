@@ -288,7 +288,10 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
                    Want{256, 512, 7168, 2048, "fuse=scatter+weight", 1, PairOrder::plain},
                    Want{256, 380, 7168, 2048, "", 1, PairOrder::plain},           // a long odd third tile (124 rows)
                    Want{128, 640, 3072, 4096, "", 1, PairOrder::plain},           // Qwen3-235B up: 24 MB
-                   Want{8, 4096, 28672, 4096, "", 1, PairOrder::plain}}) {        // Mixtral up 16384: 8 groups, 1x2
+                   Want{8, 4096, 28672, 4096, "", 1, PairOrder::plain},           // Mixtral up 16384: 8 groups, 1x2
+                   // a layer's gathered GEMM1 (2x1 whatever the N): by the same two tests
+                   Want{256, 512, 4096, 7168, "fuse=gather,act=swiglu,glu=split", 2, PairOrder::interleaved},
+                   Want{128, 640, 3072, 4096, "fuse=gather,act=swiglu,glu=split", 2, PairOrder::plain}}) {
       INFO(w.groups << " groups of " << w.rows << " rows, N " << w.n << " K " << w.k << " " << w.fuse);
       const KernelSpec s = choose(w.groups, w.rows, w.n, w.k, w.fuse);
       CHECK(s.cluster_m == w.cluster_m);

@@ -831,7 +831,8 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       // Where many groups end in a short odd M tile the static pairs lost to single CTAs (v48). Unfused
       // and below kFp8DynamicPairMaxRows, pairs on the dynamic scheduler in the interleaved order instead.
       if (!short_odd) spec.scheduler = Scheduler::static_persistent;
-      else if (pairable && mean_rows < kFp8DynamicPairMaxRows) spec.pair_order = PairOrder::interleaved;
+      else if (pairable && mean_rows < kFp8DynamicPairMaxRows && !mixed_order_pays(problem.n, problem.k, problem.group_rows, true))
+        spec.pair_order = PairOrder::interleaved;  // (not under skew: there single CTAs in the mixed order, as before)
       else spec.cluster_m = 1;
     }
     if (spec.tile == kFp8Wide.tile && spec.scheduler == Scheduler::static_persistent && pairable) spec.cluster_m = 2;
@@ -936,9 +937,10 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   // Gathered A rows are not multicast, so fuse=gather pairs share B wherever a pair is earned
   // (v38, the layers' fused GEMM1 in turns against single CTAs: Mixtral 16384 0.949x, gpt-oss
   // 16384 0.978x; docs/results/2026-11-27-v38-gather-pairs.txt).
-  // Many groups (kShortOddMinGroups), ungathered: 2x1 in the interleaved pair order (v49), ragged N
-  // or whole, where many groups end in a short odd M tile (short_odd_tiles, counted as tail rows would
-  // leave them) or, unfused, where a group's weights fill most of L2 (kInterleavedPairMinGroupBytes).
+  // Many groups (kShortOddMinGroups): 2x1 in the interleaved pair order (v49), ragged N or whole,
+  // where many groups end in a short odd M tile (short_odd_tiles, counted as tail rows would leave
+  // them) or, unfused or gathered (a layer's GEMM1), where a group's weights fill most of L2
+  // (kInterleavedPairMinGroupBytes).
   // In the plain order a group's odd last M tile's units came after all of its pair units and read
   // its B from DRAM again: 2x1 then lost 1.06-1.25x to single CTAs or 1x2 at 272-344 rows per expert
   // (v48, which gave ragged N single CTAs there). In turns, rotated, two or three processes, fresh
@@ -952,17 +954,21 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   //   (scatter + weight) 0.975-0.998x; but at 376-392 rows (no short odd tiles) 1.00-1.03x and the GEMM2
   //   at 512 1.03x: those keep 1x2 (the unfused down 16384 read 0.99x on 2x1 interleaved).
   //   Qwen3-235B up (24 MiB) at 608-672 rows 1.00-1.025x: 1x2. gpt-oss down 16384 (16 MiB) 1.007x: plain.
+  // - The gathered GEMM1 (2x1 plain before; swiglu, split GLU; two processes): DeepSeek-V3 up 272-344
+  //   rows 0.86-0.995x, 384-512 0.94-0.998x, Kimi-K2 up 288 / 320 0.945-0.985 / 0.857x, gpt-oss up
+  //   (swiglu_oai + bias) 320 rows 0.92x, 512 1.000-1.008x, GLM-4.5 up 512 0.995-0.998x; Qwen3-235B up
+  //   (24 MiB, 640 rows) 0.995x stays plain.
   //   Under Nsight Compute, DeepSeek-V3 up 10240 read 28.3 GB from DRAM in the plain order, 17.4
   //   interleaved, 17.6 on 1x2 (docs/perf.md v49).
   if (spec.family == KernelFamily::hopper && spec.tile.m == 128 && problem.k >= 2048 && mean_rows >= 256) {
     long long k_blocks = (problem.k + spec.tile.k - 1) / spec.tile.k;
     if (tiles * k_blocks >= 2000LL * std::max(sm_count, 1)) {
       const bool interleaved_pairs =
-          !problem.fusion.gather_a && spec.scheduler == Scheduler::dynamic && active >= kShortOddMinGroups &&
-          !problem.group_rows.empty() &&
+          spec.scheduler == Scheduler::dynamic && active >= kShortOddMinGroups && !problem.group_rows.empty() &&
+          !mixed_order_pays(problem.n, problem.k, problem.group_rows) &&  // skew: the mixed order as before (plain)
           (short_odd_tiles(problem.group_rows, problem.n, active, spec.tile,
                            absorbed_tails_pay(spec, problem, active, mean_rows, sm_count)) ||
-           (!problem.fusion.any() && 2LL * problem.n * problem.k >= kInterleavedPairMinGroupBytes));
+           ((!problem.fusion.any() || problem.fusion.gather_a) && 2LL * problem.n * problem.k >= kInterleavedPairMinGroupBytes));
       if (interleaved_pairs) spec.cluster_m = 2, spec.pair_order = PairOrder::interleaved;
       else if (problem.fusion.gather_a || problem.n % spec.tile.n != 0) spec.cluster_m = 2;
       else spec.cluster_n = kHopperLargePair.cluster_n;
