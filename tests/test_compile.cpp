@@ -429,8 +429,8 @@ std::vector<KernelSpec> pair_m_variants(bool all);  // below: the 2x1 pairs CI c
 TEST_CASE("the heuristic only picks compiled-and-checked candidates", "[compile]") {
   for (Arch arch : {Arch{8, 0, false}, Arch{8, 9, false}, Arch{9, 0, true}}) {
     auto candidates = heuristic_candidates(arch);
-    if (arch.arch_specific)  // 2x1 pairs: many groups of large experts (v49); parsed, so warps as the heuristic's
-      for (KernelSpec s : pair_m_variants(false)) s.arch = arch, s.warps_m = s.warps_n = 1, candidates.push_back(s);
+    if (arch.arch_specific)  // 2x1 pairs: many groups of large experts (v49)
+      for (KernelSpec s : pair_m_variants(false)) s.arch = arch, candidates.push_back(s);
     for (int groups : {1, 8, 256})
       for (long long rows : {1LL, 16LL, 4096LL, 131072LL}) {
         std::vector<int> sizes(groups, (int)std::max<long long>(1, rows / groups));

@@ -122,6 +122,7 @@ TEST_CASE("the heuristic's choice validates for every model, token count, routin
               KernelSpec s;
               REQUIRE_NOTHROW(s = choose_spec(p, hopper, 132));
               CHECK_NOTHROW(s.validate());
+              CHECK(KernelSpec::parse(s.to_text()) == s);  // and equals its text's parse (one hot-path key)
               ++checked;
             }
         }

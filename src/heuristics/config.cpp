@@ -526,8 +526,11 @@ bool w4_one_full_round(const KernelSpec& spec, const GemmProblem& problem, long 
 KernelSpec with_tile(KernelSpec spec, const TileChoice& t) {
   spec.tile = t.tile;
   spec.stages = t.stages;
-  spec.warps_m = t.warps_m;
-  spec.warps_n = t.warps_n;
+  // The warp grid is the portable family's; a Hopper spec keeps the default, which is what parsing its
+  // text (no warps= there) gives, so that a chosen spec equals the parse of its text (the hot-path
+  // key is packed from the struct).
+  spec.warps_m = spec.family == KernelFamily::portable ? t.warps_m : KernelSpec{}.warps_m;
+  spec.warps_n = spec.family == KernelFamily::portable ? t.warps_n : KernelSpec{}.warps_n;
   spec.cluster_n = t.cluster_n;
   spec.split = t.split;
   return spec;

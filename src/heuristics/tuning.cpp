@@ -212,8 +212,8 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
         s.split = split;
         s.tile = t.tile;
         s.stages = t.stages;
-        s.warps_m = t.warps_m;
-        s.warps_n = t.warps_n;
+        s.warps_m = s.family == KernelFamily::portable ? t.warps_m : KernelSpec{}.warps_m;  // as with_tile
+        s.warps_n = s.family == KernelFamily::portable ? t.warps_n : KernelSpec{}.warps_n;
         s.cluster_m = t.cluster_m;
         s.cluster_n = t.cluster_n;
         s.scheduler = sched;
