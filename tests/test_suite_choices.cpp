@@ -1,6 +1,6 @@
 // The heuristic's choice for every case of the benchmark suite (../shared/docs/moe-shapes.md: 4
 // models x up/down x 16..16384 tokens, random top-k routing), per format, and for a layer's GEMM2
-// (scatter + weight), pinned in tests/data/suite_choices.txt. The suite's tables in docs/perf.md were
+// (scatter + weight) and gathered GEMM1 (gather + GLU, since v49), pinned in tests/data/suite_choices.txt. The suite's tables in docs/perf.md were
 // measured on these choices: a rule that moves one should say so and be measured there. The routing
 // here is this test's own (seeded per case), not bench_suite's, so it stands for "a typical random
 // routing" of each case. After a deliberate change:
@@ -41,13 +41,20 @@ std::map<std::string, std::string> current_choices() {
         const std::vector<int> rows = examples::route_top_k(tokens, m, rng);
         const long long total = std::accumulate(rows.begin(), rows.end(), 0LL);
         for (const char* format : {"bf16", "e4m3", "mxfp4", "nvfp4"})
-          for (const char* fuse : {"none", "scatter+weight"}) {
-            const std::string f(format);
-            if (std::string(fuse) != "none" && (up || f == "mxfp4" || f == "nvfp4")) continue;  // a layer's GEMM2: bf16, FP8
+          for (const char* fuse : {"none", "scatter+weight", "gather+glu"}) {
+            const std::string f(format), fu(fuse);
+            if (fu == "scatter+weight" && (up || f == "mxfp4" || f == "nvfp4")) continue;  // a layer's GEMM2: bf16, FP8
+            if (fu == "gather+glu" && (!up || f == "mxfp4" || f == "nvfp4")) continue;     // its gathered GEMM1: bf16, FP8
             GemmProblem p{GroupLayout::contiguous, f == "e4m3" ? DType::e4m3 : DType::bf16, DType::bf16, m.experts, n, k, total, rows};
             if (f == "mxfp4") p.b_type = DType::mxfp4;
             if (f == "nvfp4") p.b_type = DType::nvfp4;
-            if (std::string(fuse) != "none") p.fusion = KernelSpec::parse(fmt::format("fuse={}", fuse)).fusion;
+            if (fu == "scatter+weight") p.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
+            // gpt-oss's GEMM1 as examples/moe_layer runs it (bias, its clamped SwiGLU, gate / up interleaved),
+            // the others' with a split SwiGLU.
+            if (fu == "gather+glu")
+              p.fusion = KernelSpec::parse(std::string(m.name).starts_with("gpt-oss") ? "fuse=gather+bias,act=swiglu_oai"
+                                                                                      : "fuse=gather,act=swiglu,glu=split")
+                             .fusion;
             out[fmt::format("{} {} {} {} {}", m.name, gemm, tokens, format, fuse)] = choose_spec(p, hopper, 132).to_text();
           }
       }
@@ -60,7 +67,7 @@ const std::string kPath = std::string(MOEJIT_SOURCE_DIR) + "/tests/data/suite_ch
 
 TEST_CASE("the suite's heuristic choices are the pinned ones (tests/data/suite_choices.txt)", "[tuning][suite_choices]") {
   const std::map<std::string, std::string> now = current_choices();
-  REQUIRE(now.size() == 4 * 2 * 5 * 4 + 4 * 5 * 2);  // every format, and the GEMM2 in bf16 and FP8
+  REQUIRE(now.size() == 4 * 2 * 5 * 4 + 2 * (4 * 5 * 2));  // every format, and the GEMM2 and gathered GEMM1 in bf16 and FP8
   if (const char* update = std::getenv("MOEJIT_UPDATE_SUITE_CHOICES"); update && *update && *update != '0') {
     std::ofstream file(kPath);
     file << "# The heuristic's choice per suite case (tests/test_suite_choices.cpp): model gemm tokens format fusion | spec\n";
