@@ -127,11 +127,15 @@ constexpr long long kTailRoundRuleMaxRounds = 12;
 constexpr int kEvenPairShareInverse = 8;
 
 // A group of `rows` rows ends 1..kTailRows rows past a whole tile of tile_m rows (its last whole tile
-// can absorb them), and its M tiles with or without that absorption (GroupTileCursor::m_tiles_of).
+// can absorb them).
 bool ends_in_tail(int rows, int tile_m) { return rows > tile_m && rows % tile_m != 0 && rows % tile_m <= kTailRows; }
+}  // namespace
+
 long long m_tiles_of(int rows, int tile_m, bool absorb) {
   return (rows + tile_m - 1) / tile_m - (absorb && ends_in_tail(rows, tile_m) ? 1 : 0);
 }
+
+namespace {
 
 // 2x1 pair units of a group of m_tiles M tiles and n_tiles N tiles, as common/scheduler.cuh counts
 // them: floor(m / 2) x n_tiles pairs of M tiles, and ceil(n_tiles / 2) for an odd last M tile.

@@ -75,6 +75,9 @@ bool mixed_order_pays(int n, int k, std::span<const int> group_rows, bool unfuse
 // Rows a group's last whole 128-row tile absorbs where the heuristic or the tuner takes tail rows
 // (KernelSpec::tail; kernel_templates/moejit/hopper/tail_rows.cuh).
 inline constexpr int kHopperTailRows = 24;
+// A group's M tiles of tile_m rows, with `absorb` as with absorbed tail rows (its last 1..kHopperTailRows
+// rows past a whole tile ride on that tile): GroupTileCursor::m_tiles_of.
+long long m_tiles_of(int rows, int tile_m, bool absorb);
 
 // How a split=tail launch cuts its last round (kernel_templates/moejit/common/split_tail.cuh):
 // tiles [from, from + tiles) run as `count` pieces of K each; count == 1: no tile is split.

@@ -179,8 +179,8 @@ std::vector<KernelSpec> tuning_candidates(const GemmProblem& problem, const Arch
   // least 3 M tiles (128 rows, with or without absorbed tail rows): timed only where there are some.
   bool odd_pair_groups = false;
   for (int r : problem.group_rows.empty() ? std::span<const int>(typical) : problem.group_rows)
-    for (int tail : {0, kHopperTailRows}) {
-      const int m_tiles = tail != 0 && r > 128 && r % 128 != 0 && r % 128 <= tail ? r / 128 : (r + 127) / 128;
+    for (bool absorb : {false, true}) {
+      const long long m_tiles = m_tiles_of(r, 128, absorb);
       odd_pair_groups |= m_tiles >= 3 && m_tiles % 2 == 1;
     }
   // split=tail (the 16-bit Hopper kernel, unfused, single CTAs) where pieces keep 16+ K blocks.
