@@ -860,16 +860,30 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     auto rounds_cost = [&](const KernelSpec& s) {
       return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.n / kFp8Full.tile.n;
     };
-    const bool gemm2_pairable = spec.fusion.linear_scatter() && spec.c != DType::e4m3 && spec.b_scales == ScaleB::blocks &&
-                                problem.k >= kFp8PairMinK && mean_rows >= kFp8ShortPairMinRows &&
-                                mean_rows < kFp8StaticMinRows && !problem.group_rows.empty() && !short_odd;
-    if (spec.cluster_m == 1 && gemm2_pairable && (spec.tile == kFp8Wide.tile || spec.tile == kFp8Full.tile)) {
+    // Unfused from kFp8PairTileMinRows (v50) by the same model, where the single CTAs' last round would
+    // not run in pieces of K (split=tail saves part of a round, which the model does not count). In
+    // turns on the H100 (Mixtral-8x7B down, rotated, 2 x 3 processes of fresh routings; docs/results/
+    // 2026-11-28-v50-fp8-unfused-pairs-*.csv): 0.885-0.955x the time of the single 128x192 on the 23
+    // launches at 266-354 rows where the pairs keep 128x256; where the singles split (256-263 rows) the
+    // pairs took 1.00-1.03x.
+    const bool mid_pairable = pairable && mean_rows >= kFp8PairTileMinRows &&
+                              with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count)
+                                      .split == SplitK::none;
+    const bool pairs_by_rounds = (spec.fusion.linear_scatter() || mid_pairable) && spec.c != DType::e4m3 &&
+                                spec.b_scales == ScaleB::blocks && problem.k >= kFp8PairMinK &&
+                                mean_rows >= kFp8ShortPairMinRows && mean_rows < kFp8StaticMinRows &&
+                                !problem.group_rows.empty() && !short_odd;
+    if (spec.cluster_m == 1 && pairs_by_rounds && (spec.tile == kFp8Wide.tile || spec.tile == kFp8Full.tile)) {
       KernelSpec pair = with_tile(spec, kFp8Full);
       pair.scheduler = Scheduler::static_persistent;
       pair.cluster_m = 2;
-      if (rounds_cost(pair) <= kFp8FusedPairMaxRatio * rounds_cost(spec)) spec = pair;
+      // Unfused, only where the pairs keep 128x256 (below: 128x192 pairs read 0.96-1.04x the singles'
+      // time at 357-398 rows, v50).
+      const bool keeps_full = spec.fusion.linear_scatter() ||
+                              rounds_cost(with_tile(pair, kFp8Wide)) > kFp8PairTileMaxRatio * rounds_cost(pair);
+      if (rounds_cost(pair) <= kFp8FusedPairMaxRatio * rounds_cost(spec) && keeps_full) spec = pair;
     }
-    if (spec.tile == kFp8Full.tile && spec.cluster_m == 2 && (pairable || gemm2_pairable) && mean_rows >= kFp8PairTileMinRows &&
+    if (spec.tile == kFp8Full.tile && spec.cluster_m == 2 && (pairable || pairs_by_rounds) && mean_rows >= kFp8PairTileMinRows &&
         !problem.group_rows.empty()) {
       const KernelSpec wide = with_tile(spec, kFp8Wide);  // still 2x1, static
       if (rounds_cost(wide) <= kFp8PairTileMaxRatio * rounds_cost(spec)) spec = wide;
