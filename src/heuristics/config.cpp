@@ -251,6 +251,13 @@ constexpr int kFp8PairMinK = 6144;
 // tokens, where 2 of 8 groups had three M tiles: hence the share test. With it, on 7 more routings
 // (544-992 tokens): 0.845-0.941x on the 9 launches it changes (geomean 0.877), the other 5 unchanged.
 // Below 144 and from 256 rows not measured (the suite's Mixtral down 1024 keeps its split).
+// Since v50 the share test only decides where the single CTAs split their last round; elsewhere the
+// round model below (rounds_cost): 128x256 pairs where their rounds cost at most kFp8FusedPairMaxRatio
+// of the singles', else 128x192 pairs where theirs cost no more. The share test had passed launches
+// with one group of three M tiles whose units took a third round (7 x 16 + 24 = 136 units for 66
+// pairs): 1.19-1.22x the singles' time. In turns on 54 fresh launches (Mixtral-8x7B and -8x22B down at
+// 596-1020 tokens, three processes; docs/results/2026-11-28-v50-fp8-short-pairs-call11.csv) it changed
+// 6, to 0.800-0.981x the old choice's time (geomean 0.908), each time to the fastest config timed.
 constexpr double kFp8ShortPairMinRows = 144;
 // FP8 pairs pick their tile by rounds (v47): where the rules above put an unfused launch on 128x256
 // pairs, 128x192 pairs instead if their rounds of pair units, a 128x192 round counted as 0.75 of a
@@ -843,23 +850,33 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       else spec.cluster_m = 1;
     }
     if (spec.tile == kFp8Wide.tile && spec.scheduler == Scheduler::static_persistent && pairable) spec.cluster_m = 2;
-    if (spec.tile == kFp8Wide.tile && spec.cluster_m == 1 && pairable && problem.k >= kFp8PairMinK &&
-        mean_rows >= kFp8ShortPairMinRows && mean_rows < 256 && fp8_full_tile_pads_little(problem.n) &&
-        !problem.group_rows.empty()) {
-      long long odd = 0;
-      for (int r : problem.group_rows)
-        if (r > 0) odd += m_tiles_of(r, kFp8Full.tile.m, false) % 2;
-      if (odd * kEvenPairShareInverse <= active) {
-        spec = with_tile(spec, kFp8Full);
-        spec.scheduler = Scheduler::static_persistent;
-        spec.cluster_m = 2;
-      }
-    }
     // Rounds of a launch's units (tiles, or pair units) in 128x256-round equivalents (a 128x192
     // round: 0.75), from the host's group sizes: the FP8 pair rules' cost model.
     auto rounds_cost = [&](const KernelSpec& s) {
       return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.n / kFp8Full.tile.n;
     };
+    if (spec.tile == kFp8Wide.tile && spec.cluster_m == 1 && pairable && problem.k >= kFp8PairMinK &&
+        mean_rows >= kFp8ShortPairMinRows && mean_rows < 256 && fp8_full_tile_pads_little(problem.n) &&
+        !problem.group_rows.empty()) {
+      KernelSpec pair = with_tile(spec, kFp8Full);
+      pair.scheduler = Scheduler::static_persistent;
+      pair.cluster_m = 2;
+      KernelSpec wide_pair = spec;  // 128x192 pairs
+      wide_pair.scheduler = Scheduler::static_persistent;
+      wide_pair.cluster_m = 2;
+      const bool singles_split =
+          with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count).split != SplitK::none;
+      if (singles_split) {
+        long long odd = 0;
+        for (int r : problem.group_rows)
+          if (r > 0) odd += m_tiles_of(r, kFp8Full.tile.m, false) % 2;
+        if (odd * kEvenPairShareInverse <= active) spec = pair;
+      } else if (rounds_cost(pair) <= kFp8FusedPairMaxRatio * rounds_cost(spec)) {
+        spec = pair;
+      } else if (rounds_cost(wide_pair) <= rounds_cost(spec)) {
+        spec = wide_pair;
+      }
+    }
     // Unfused from kFp8PairTileMinRows (v50) by the same model, where the single CTAs' last round would
     // not run in pieces of K (split=tail saves part of a round, which the model does not count). In
     // turns on the H100 (Mixtral-8x7B down, rotated, 2 x 3 processes of fresh routings; docs/results/
