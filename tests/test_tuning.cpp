@@ -542,8 +542,7 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
     CHECK(gemm2(std::vector<int>(128, 192), 5120, 8192) == "128x256 static 2x1");
     CHECK(gemm2(std::vector<int>(128, 320), 5120, 8192) == "128x256 dynamic");
   }
-  {  // Unfused from 256 rows (v50): the GEMM2's round model, where the single CTAs would not split their
-     // last round and the pairs keep 128x256 (Mixtral down at 1064-1416 tokens: 0.885-0.955x on 23 launches)
+  {  // Unfused Mixtral down by the round model where the single CTAs would not split their last round (v50)
     auto unfused = [](std::vector<int> rows) {
       long long total = 0;
       for (int r : rows) total += r;
@@ -552,27 +551,19 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
       return fmt::format("{}x{} {}{}{}", s.tile.m, s.tile.n, to_text(s.scheduler), s.cluster_m == 2 ? " 2x1" : "",
                          s.split == SplitK::tail ? " split" : "");
     };
+    // From 256 rows, the GEMM2's rule where the pairs keep 128x256 (1064-1416 tokens: 0.885-0.955x on 23 launches)
     CHECK(unfused({296, 306, 317, 336, 316, 329, 350, 310}) == "128x256 static 2x1");  // 1280 tokens: 3 against 4 x 0.75 rounds
     // 1536 tokens: the model would take 128x192 pairs (0.96-1.04x measured): the singles stay
     CHECK(unfused({384, 389, 402, 376, 371, 385, 395, 370}) == "128x192 dynamic");
     // 1024 tokens, 4 of 8 groups with a third M tile: 440 tiles, the singles split their last round (pairs 1.03x)
     CHECK(unfused({232, 250, 267, 272, 245, 277, 247, 258}) == "128x192 dynamic split");
-  }
-  {  // 144-255 rows where the singles do not split: pairs by the round model (v50). 2 of 8 groups with three
-     // M tiles (v47: 128x256 pairs 1.00-1.15x): 128x256 pairs add a round, 128x192 pairs do not
-    auto short_pairs = [](std::vector<int> rows) {
-      long long total = 0;
-      for (int r : rows) total += r;
-      GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336, total, rows};
-      KernelSpec s = choose_spec(p, kHopper, 132);
-      return fmt::format("{}x{} {}{}{}", s.tile.m, s.tile.n, to_text(s.scheduler), s.cluster_m == 2 ? " 2x1" : "",
-                         s.split == SplitK::tail ? " split" : "");
-    };
-    CHECK(short_pairs({250, 240, 245, 262, 270, 238, 248, 244}) == "128x192 static 2x1");
+    // 144-255 rows: 128x256 pairs where they cost at most 1.1x the singles' rounds, else 128x192 pairs where
+    // those cost no more. 2 of 8 groups with three M tiles (v47: 128x256 pairs 1.00-1.15x): 128x192 pairs
+    CHECK(unfused({250, 240, 245, 262, 270, 238, 248, 244}) == "128x192 static 2x1");
     // One group of three M tiles passed v47's share test, but its 8 units make 136 for 66 pairs: a third
-    // round (0.80-0.83x the time on 128x192 singles or pairs, v50)
-    CHECK(short_pairs({240, 240, 240, 240, 240, 240, 240, 270}) == "128x192 static 2x1");
-    CHECK(short_pairs(std::vector<int>(8, 240)) == "128x256 static 2x1");  // two rounds of pair units
+    // round (0.80-0.83x the time on 128x192 singles or pairs)
+    CHECK(unfused({240, 240, 240, 240, 240, 240, 240, 270}) == "128x192 static 2x1");
+    CHECK(unfused(std::vector<int>(8, 240)) == "128x256 static 2x1");  // two rounds of pair units
   }
   {  // the tuner times the FP8 pairs too (128x256 and, since v33, 128x192 2x1), static and, since v49,
      // dynamic in both pair orders (600 rows: five M tiles, odd)

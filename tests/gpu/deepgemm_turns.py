@@ -20,7 +20,6 @@ rounds; dg_over_moejit: the median of the rounds' ratios; rel_diff: ||moejit - D
 DeepGEMM is staged as deepgemm_peer.py says (DG_ROOT). CASES="model:gemm:tokens,..." picks cases.
 Usage: python3 tests/gpu/deepgemm_turns.py routing.csv [libmoejit_bench_capi.so] [bf16|e4m3]
 """
-import math
 import os
 import sys
 from statistics import median_high as median
@@ -29,7 +28,7 @@ import torch
 
 from deepgemm_peer import groups_of, load_deepgemm, random_e4m3
 from peers import routing_cases
-from torch_turns import L2_CLEAR_BYTES, Moejit, load_capi, time_in_turns
+from torch_turns import L2_CLEAR_BYTES, Moejit, load_capi, print_summary, time_in_turns
 
 
 def padded_copy(x, counts, starts, padded_rows):
@@ -138,14 +137,7 @@ def main(routing_path, capi_path, fmt):
         ratios.append((ratio, f"{model} {gemm} {tokens}", diff))
         del a, c, calls
         torch.cuda.empty_cache()
-    if ratios:
-        lowest = sorted(ratios)[:5]
-        bad = [r for r in ratios if not (r[2] < 1e-2)]  # NaN fails too
-        print(f"# {fmt} in turns: moejit faster than DeepGEMM on {sum(r[0] > 1 for r in ratios)} of {len(ratios)}; "
-              f"geomean DeepGEMM/moejit {math.exp(sum(math.log(r[0]) for r in ratios) / len(ratios)):.3f}; lowest: "
-              + ", ".join(f"{name} {ratio:.3f}" for ratio, name, _ in lowest)
-              + f"; results differing from DeepGEMM's by >= 1e-2: {len(bad)}", flush=True)
-
+    print_summary(fmt, "DeepGEMM", "DeepGEMM", ratios, 5)
 
 if __name__ == "__main__":
     print(torch.__version__, torch.cuda.get_device_name(), file=sys.stderr)

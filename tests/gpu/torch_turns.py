@@ -171,13 +171,18 @@ def main(routing_path, capi_path, fmt):
         print(f"{model},{gemm},{tokens},{moejit_ms:.4f},{torch_ms:.4f},{ratio:.3f},{diff:.3g},\"{spec}\"", flush=True)
         ratios.append((ratio, f"{model} {gemm} {tokens}", diff))
         del a, c_moejit
-    if ratios:
-        slowest = sorted(ratios)[:3]
-        bad = [r for r in ratios if not (r[2] < 1e-2)]  # NaN fails too
-        print(f"# {fmt} in turns: moejit faster than {peer} on {sum(r[0] > 1 for r in ratios)} of {len(ratios)}; "
-              f"geomean torch/moejit {math.exp(sum(math.log(r[0]) for r in ratios) / len(ratios)):.3f}; lowest: "
-              + ", ".join(f"{name} {ratio:.3f}" for ratio, name, _ in slowest)
-              + f"; results differing from torch's by >= 1e-2: {len(bad)}", flush=True)
+    print_summary(fmt, peer, "torch", ratios, 3)
+
+
+def print_summary(fmt, peer, short, ratios, lowest):
+    """The closing line: ratios holds (peer time / moejit time, case name, rel_diff) per case."""
+    if not ratios:
+        return
+    bad = [r for r in ratios if not (r[2] < 1e-2)]  # NaN fails too
+    print(f"# {fmt} in turns: moejit faster than {peer} on {sum(r[0] > 1 for r in ratios)} of {len(ratios)}; "
+          f"geomean {short}/moejit {math.exp(sum(math.log(r[0]) for r in ratios) / len(ratios)):.3f}; lowest: "
+          + ", ".join(f"{name} {ratio:.3f}" for ratio, name, _ in sorted(ratios)[:lowest])
+          + f"; results differing from {short}'s by >= 1e-2: {len(bad)}", flush=True)
 
 
 if __name__ == "__main__":
