@@ -462,13 +462,16 @@ TEST_CASE("FP8 heuristic: compiled-and-checked tiles, 64x256 below 48 rows per e
           CHECK(s.tile.n == (rows_per_group < 48 || n != 2880 ? 256 : 192));
           if (large_groups && s.tile.n == 256) CHECK(s.scheduler == Scheduler::static_persistent);
         }
-  // Mixtral down at 1024 tokens (8 groups of ~256 rows): 16 x 16 = 256 tiles of 128x256, under
-  // 4 rounds: 128x192. At 4096 tokens (1024 rows, K = 14336): 128x256 static since v30 (128x192
-  // v24-v29); at 512 rows 128x256.
-  for (auto [rows_per_group, tile_n] : {std::pair{256, 192}, std::pair{512, 256}, std::pair{1024, 256}}) {
+  // Mixtral down at 1024 tokens (8 groups of 256 rows): 16 x 16 = 256 tiles of 128x256, under 4
+  // rounds: 128x192 on single CTAs until v49; since v50 128x256 pairs, whose 128 pair units take two
+  // rounds against the singles' three of 128x192 (the round model). At 4096 tokens (1024 rows,
+  // K = 14336): 128x256 static since v30 (128x192 v24-v29); at 512 rows 128x256 (pairs).
+  for (auto [rows_per_group, tile_n] : {std::pair{256, 256}, std::pair{512, 256}, std::pair{1024, 256}}) {
     const std::vector<int> sizes(8, rows_per_group);  // outlives p (group_rows is a span)
     GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 14336, 8LL * rows_per_group, sizes};
-    CHECK(choose_spec(p, Arch{9, 0, true}, 132).tile.n == tile_n);
+    const KernelSpec s = choose_spec(p, Arch{9, 0, true}, 132);
+    CHECK(s.tile.n == tile_n);
+    if (rows_per_group == 256) CHECK(s.cluster_m == 2);
   }
   GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 4096, 7168, 64, {}};
   KernelSpec ampere = choose_spec(p, Arch{8, 0, false}, 108);  // the portable family widens FP8
