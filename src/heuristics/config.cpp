@@ -855,6 +855,11 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     auto rounds_cost = [&](const KernelSpec& s) {
       return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.n / kFp8Full.tile.n;
     };
+    // Whether the single CTAs of `spec` would run their last round in pieces of K (with_split_tail).
+    auto singles_split = [&] {
+      return with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count).split !=
+             SplitK::none;
+    };
     if (spec.tile == kFp8Wide.tile && spec.cluster_m == 1 && pairable && problem.k >= kFp8PairMinK &&
         mean_rows >= kFp8ShortPairMinRows && mean_rows < 256 && fp8_full_tile_pads_little(problem.n) &&
         !problem.group_rows.empty()) {
@@ -864,9 +869,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       KernelSpec wide_pair = spec;  // 128x192 pairs
       wide_pair.scheduler = Scheduler::static_persistent;
       wide_pair.cluster_m = 2;
-      const bool singles_split =
-          with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count).split != SplitK::none;
-      if (singles_split) {
+      if (singles_split()) {
         long long odd = 0;
         for (int r : problem.group_rows)
           if (r > 0) odd += m_tiles_of(r, kFp8Full.tile.m, false) % 2;
@@ -882,10 +885,8 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     // turns on the H100 (Mixtral-8x7B down, rotated, 2 x 3 processes of fresh routings; docs/results/
     // 2026-11-28-v50-fp8-unfused-pairs-*.csv): 0.885-0.955x the time of the single 128x192 on the 23
     // launches at 266-354 rows where the pairs keep 128x256; where the singles split (256-263 rows) the
-    // pairs took 1.00-1.03x.
-    const bool mid_pairable = pairable && mean_rows >= kFp8PairTileMinRows &&
-                              with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count)
-                                      .split == SplitK::none;
+    // pairs took 1.00-1.09x.
+    const bool mid_pairable = pairable && mean_rows >= kFp8PairTileMinRows && !singles_split();
     const bool pairs_by_rounds = (spec.fusion.linear_scatter() || mid_pairable) && spec.c != DType::e4m3 &&
                                 spec.b_scales == ScaleB::blocks && problem.k >= kFp8PairMinK &&
                                 mean_rows >= kFp8ShortPairMinRows && mean_rows < kFp8StaticMinRows &&
