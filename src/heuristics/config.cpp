@@ -856,6 +856,13 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.n / kFp8Full.tile.n;
     };
     // Whether the single CTAs of `spec` would run their last round in pieces of K (with_split_tail).
+    // `spec` on static 2x1 pairs of tile t.
+    auto static_pairs = [&](const TileChoice& t) {
+      KernelSpec s = with_tile(spec, t);
+      s.scheduler = Scheduler::static_persistent;
+      s.cluster_m = 2;
+      return s;
+    };
     auto singles_split = [&] {
       return with_split_tail(spec, problem, estimated_tiles(rows, active, problem.n, spec.tile), sm_count).split !=
              SplitK::none;
@@ -863,12 +870,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
     if (spec.tile == kFp8Wide.tile && spec.cluster_m == 1 && pairable && problem.k >= kFp8PairMinK &&
         mean_rows >= kFp8ShortPairMinRows && mean_rows < 256 && fp8_full_tile_pads_little(problem.n) &&
         !problem.group_rows.empty()) {
-      KernelSpec pair = with_tile(spec, kFp8Full);
-      pair.scheduler = Scheduler::static_persistent;
-      pair.cluster_m = 2;
-      KernelSpec wide_pair = spec;  // 128x192 pairs
-      wide_pair.scheduler = Scheduler::static_persistent;
-      wide_pair.cluster_m = 2;
+      const KernelSpec pair = static_pairs(kFp8Full), wide_pair = static_pairs(kFp8Wide);
       if (singles_split()) {
         long long odd = 0;
         for (int r : problem.group_rows)
@@ -892,9 +894,7 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
                                 mean_rows >= kFp8ShortPairMinRows && mean_rows < kFp8StaticMinRows &&
                                 !problem.group_rows.empty() && !short_odd;
     if (spec.cluster_m == 1 && pairs_by_rounds && (spec.tile == kFp8Wide.tile || spec.tile == kFp8Full.tile)) {
-      KernelSpec pair = with_tile(spec, kFp8Full);
-      pair.scheduler = Scheduler::static_persistent;
-      pair.cluster_m = 2;
+      const KernelSpec pair = static_pairs(kFp8Full);
       // Unfused, only where the pairs keep 128x256 (below: 128x192 pairs read 0.96-1.04x the singles'
       // time at 357-398 rows, v50).
       const bool keeps_full = spec.fusion.linear_scatter() ||
