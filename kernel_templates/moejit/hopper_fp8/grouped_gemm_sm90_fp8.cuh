@@ -537,15 +537,16 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
       }
 
-      for (int kb = kb_begin; kb < kb_end; ++kb) {
-        mbarrier_wait(full_bars + 8 * stage, phase);
+      // One K block from ring slot stage_u: a run-time value (through uniform()), or a constant where
+      // the caller unrolls a whole trip through the ring; the caller advances stage and phase.
+      auto k_block = [&](int kb, unsigned stage_u) {
+        mbarrier_wait(full_bars + 8 * stage_u, phase);
         // fuse=gather: A came through the generic proxy (cp.async); order it before wgmma's reads.
         if constexpr (Fuse::gather) fence_proxy_async_shared();
         // Descriptors advanced from the first stage's by 32-bit adds on their low words (the
         // start-address field never carries into the high word), the stage's offset through
         // uniform(): no 64-bit adds (rebuilding them from the address for each k32 step cost ~40
         // instructions per k-block before v8).
-        const unsigned stage_u = uniform((unsigned)stage);
         const unsigned a_lo = a_lo0 + stage_u * (kABytes >> 4);
         const unsigned b_lo = b_lo0 + stage_u * (kBBytes >> 4);
         // The K block's scales from the stage: this thread's two accumulator rows (h = 0, 1: lane / 4
@@ -573,10 +574,7 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
           wgmma_commit();
           wgmma_wait<0>();
           wgmma_fence_operands(part);
-          if (half == kHalves - 1) {
-            release_stage(stage);
-            if (++stage == kStages) stage = 0, phase ^= 1;
-          }
+          if (half == kHalves - 1) release_stage(stage_u);
           // Register 4j + 2h + e of the m64nN layout belongs to row lane/4 + 8h, column 8j + ...
           // 128x192: registers from column `split` on take the next block's scale (hi). The slice
           // starts at a multiple of 64 (n0 = n_block * 192), so split is 64 or 128: columns [0, 64)
@@ -601,6 +599,23 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
             out[2] = fmaf(part[4 * j + 2], scale1, out[2]);
             out[3] = fmaf(part[4 * j + 3], scale1, out[3]);
           }
+        }
+      };
+      // Whole trips through the ring from slot 0 take the slot as a compile-time constant: the
+      // descriptor, scale and barrier addresses fold into immediates (SASS per K block per consumer
+      // warp 197 -> 185 on 128x256, 159 -> 141 on the 128x192 pair; docs/perf.md v51). The K blocks
+      // before slot 0 comes round and after the last whole trip take the run-time slot. Not with
+      // split=tail, where the unrolled trip spills (72 bytes on 128x192 at 168 registers).
+      for (int kb = kb_begin; kb < kb_end;) {
+        if (!kSplitTail && stage == 0 && kb_end - kb >= kStages) {
+#pragma unroll
+          for (int st = 0; st < kStages; ++st) k_block(kb + st, (unsigned)st);
+          kb += kStages;
+          phase ^= 1;
+        } else {
+          k_block(kb, uniform((unsigned)stage));
+          ++kb;
+          if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
       // A piece of a split tile: only the last piece to finish scales and stores (barriers 3 and 4).
