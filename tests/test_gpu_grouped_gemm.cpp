@@ -64,6 +64,10 @@ std::vector<KernelSpec> all_specs() {
   // such as compute-sanitizer.
   if (std::getenv("MOEJIT_TEST_QUICK"))
     std::erase_if(out, [](const KernelSpec& s) { return s.a != DType::bf16 || s.c != DType::bf16; });
+  // MOEJIT_TEST_SPEC: only the specs whose text contains it (e.g. "tile=64x256x64"), for a device
+  // call that checks the configs a change touches.
+  if (const char* part = std::getenv("MOEJIT_TEST_SPEC"))
+    std::erase_if(out, [&](const KernelSpec& s) { return s.to_text().find(part) == std::string::npos; });
   return out;
 }
 

@@ -642,6 +642,30 @@ TEST_CASE("bf16 tile: 64x128 up to 32 rows per group (v45; 64 before, 48 where K
   CHECK(tile_m(128, 32, 1536, 2048) == 64);   // Qwen3 up 512 tokens
 }
 
+TEST_CASE("bf16 decode: 64x256 where one 64-row tile per group needs two rounds at 128 columns and one at 256, for the whole bucket (v51)", "[tuning][heuristic]") {
+  auto tile = [](std::vector<int> rows, int n, const char* fuse = "") {
+    GemmProblem p{GroupLayout::contiguous, DType::bf16, DType::bf16, (int)rows.size(), n, 14336,
+                  std::accumulate(rows.begin(), rows.end(), 0LL), rows};
+    if (*fuse) p.fusion = KernelSpec::parse(fmt::format("family=hopper,arch=sm_90a,{}", fuse)).fusion;
+    const KernelSpec s = choose_spec(p, kHopper, 132);
+    return fmt::format("{}x{}s{}", s.tile.m, s.tile.n, s.stages);
+  };
+  // Mixtral down (N = 4096): 16 tokens on 7-8 experts, 128 tokens on 8 (0.955 / 0.981x on the H200).
+  CHECK(tile({5, 4, 0, 6, 3, 8, 2, 4}, 4096) == "64x256s5");
+  CHECK(tile({40, 29, 35, 33, 27, 30, 31, 31}, 4096) == "64x256s5");
+  // Five active groups sit in the bucket of 5-8, which takes it; three or four in that of 3-4,
+  // where 64x128 is one round already (4 x 32 tiles).
+  CHECK(tile({5, 4, 0, 6, 0, 8, 0, 1}, 4096) == "64x256s5");
+  CHECK(tile({5, 4, 0, 6, 0, 8, 0, 0}, 4096) == "64x128s8");
+  CHECK(tile({5, 4, 0, 6, 0, 0, 0, 0}, 4096) == "64x128s8");
+  // Many experts: 64x256 takes two rounds as well (gpt-oss down, 57 of 128 active at 16 tokens).
+  std::vector<int> many(128, 0);
+  for (int g = 0; g < 57; ++g) many[g * 2] = 1;
+  CHECK(tile(many, 2880) == "64x128s8");
+  // Fused launches keep 64x128 (not measured).
+  CHECK(tile({5, 4, 0, 6, 3, 8, 2, 4}, 4096, "fuse=scatter+weight") == "64x128s8");
+}
+
 TEST_CASE("groups on the device only: expected_rows chooses as the exact counts do, the upper bound a prefill tile", "[tuning][heuristic]") {
   CHECK(expected_active_groups(128, 128) == 81);  // 16 tokens x top-8 over 128 experts
   CHECK(expected_active_groups(256, 128) == 101);

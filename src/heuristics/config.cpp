@@ -33,6 +33,12 @@ constexpr TileChoice kHopperSmall = {{64, 128, 64}, 8, 1, 1};
 // 32 rather than 48: a power of two, as the shape buckets' rows are, so that one bucket keeps one
 // tile (the high-level call's first problem in a bucket decides for the rest).
 constexpr double kHopperSmallMaxRows = 32;
+// The small tile's wide twin, unfused, where one 64-row tile per active group needs a second round
+// at 128 columns and one round at 256 (few experts with short N: Mixtral down, 5-8 experts x 16
+// tiles of 256 columns on 132 SMs; wide_decode_tile_pays). In one process on the H200 Mixtral down
+// 16 / 128 tokens took 0.955 / 0.981x the time of 64x128 s8 (docs/results/2026-11-28-v51-h200-bf16-
+// decode-configs.csv); on the H100 (v9) Mixtral down 16 0.973-0.985x.
+constexpr TileChoice kHopperSmallWide = {{64, 256, 64}, 5, 1, 1};
 // Not where half the rows or more sit in groups of over 128 rows (hot_groups_dominate), whatever
 // the mean: under skewed routing (bench_suite ROUTING=skewed: hot experts beside many small ones) the mean at 1024 tokens
 // is ~37 rows, but the hot groups hold 51-55% of the rows, and 128x256 took 0.94-0.95x the time of
@@ -756,6 +762,20 @@ bool hot_groups_dominate(long long rows, long long active, long long rows_in_hot
   return rows > 0 && rows <= (long long)kHotGroupRows * active && rows_in_hot_groups * kHotRowsShareInverse >= rows;
 }
 
+namespace {
+// kHopperSmallWide's test, decided for the whole shape bucket, which rounds the active groups up to
+// a power of two (one bucket keeps one tile: the high-level call's first problem in a bucket decides
+// for the rest): every active count of the bucket, one 64-row tile per group, takes two rounds or
+// more of 64x128 and one of 64x256.
+bool wide_decode_tile_pays(long long active, int n, int sm_count) {
+  if (active <= 0) return false;
+  long long most = 1;
+  while (most < active) most *= 2;
+  const long long least = most / 2 + 1;
+  return most * ((n + 255LL) / 256) <= sm_count && least * ((n + 127LL) / 128) > sm_count;
+}
+}  // namespace
+
 bool hot_groups_dominate(std::span<const int> group_rows) {
   long long rows = 0, active = 0, in_hot = 0;
   for (int r : group_rows) {
@@ -945,6 +965,8 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   if (hopper_capable(arch) && !spec.is_weight_only_4bit() && spec.a != DType::e4m3) {
     spec.family = KernelFamily::hopper;
     spec = with_tile(spec, mean_rows <= kHopperSmallMaxRows && !hot_groups_dominate(problem.group_rows) ? kHopperSmall : kHopperLarge);
+    if (spec.tile == kHopperSmall.tile && !spec.fusion.any() && wide_decode_tile_pays(active, problem.n, sm_count))
+      spec = with_tile(spec, kHopperSmallWide);
   } else {
     spec.family = KernelFamily::portable;
     spec.fusion.gather_by = GatherLoad::cp_async;  // a Hopper-only choice: the portable family gathers by cp.async
@@ -1065,7 +1087,7 @@ std::vector<KernelSpec> family_candidates(const Arch& arch, KernelFamily family)
   std::vector<TileChoice> tiles;
   if (family == KernelFamily::hopper) {
     if (!hopper_capable(arch)) return {};
-    tiles = {kHopperSmall, kHopperLarge, kHopperLargePair, kHopperLargeSplit};
+    tiles = {kHopperSmall, kHopperSmallWide, kHopperLarge, kHopperLargePair, kHopperLargeSplit};
   } else {
     tiles = {kPortableSmall, kPortableLarge};
   }
