@@ -604,10 +604,12 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // Whole trips through the ring from slot 0 take the slot as a compile-time constant: the
       // descriptor, scale and barrier addresses fold into immediates (SASS per K block per consumer
       // warp 197 -> 185 on 128x256, 159 -> 141 on the 128x192 pair; docs/perf.md v51). The K blocks
-      // before slot 0 comes round and after the last whole trip take the run-time slot. Not with
-      // split=tail, where the unrolled trip spills (72 bytes on 128x192 at 168 registers).
+      // before slot 0 comes round and after the last whole trip take the run-time slot. Not where
+      // the unrolled trip spills at 168 registers: split=tail (72 bytes on 128x192) and C quantized
+      // to E4M3 on dynamic CTA pairs (96 bytes on 128x256 with a split SwiGLU).
+      constexpr bool kUnrolledTrips = !kSplitTail && !(kTypeC == kE4M3 && kPairM && kDynamic);
       for (int kb = kb_begin; kb < kb_end;) {
-        if (!kSplitTail && stage == 0 && kb_end - kb >= kStages) {
+        if (kUnrolledTrips && stage == 0 && kb_end - kb >= kStages) {
 #pragma unroll
           for (int st = 0; st < kStages; ++st) k_block(kb + st, (unsigned)st);
           kb += kStages;
