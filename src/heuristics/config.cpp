@@ -1,6 +1,7 @@
 #include "heuristics/config.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "moejit/errors.hpp"
@@ -769,8 +770,7 @@ namespace {
 // more of 64x128 and one of 64x256.
 bool wide_decode_tile_pays(long long active, int n, int sm_count) {
   if (active <= 0) return false;
-  long long most = 1;
-  while (most < active) most *= 2;
+  const long long most = (long long)std::bit_ceil((unsigned long long)active);  // the bucket's bound
   const long long least = most / 2 + 1;
   return most * ((n + 255LL) / 256) <= sm_count && least * ((n + 127LL) / 128) > sm_count;
 }
