@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -22,7 +23,8 @@ void copy_text(const std::string& text, char* out, int out_len) {
 
 int launch(void* runtime, moejit::DType ab, const void* a, const void* b, void* c, const float* a_scales,
            const float* b_scales, const int* d_offsets, const int* h_offsets, int groups, int n, int k, void* stream,
-           char* spec_out, int spec_len, char* err, int err_len) {
+           char* spec_out, int spec_len, char* err, int err_len, std::optional<moejit::DType> b_type = std::nullopt,
+           const float* b_tensor_scales = nullptr) {
   if (!runtime || !h_offsets || groups < 0) {
     copy_text("moejit_bench: runtime and host offsets must be non-null and groups >= 0", err, err_len);
     return -1;
@@ -32,7 +34,8 @@ int launch(void* runtime, moejit::DType ab, const void* a, const void* b, void* 
     const moejit::GroupedGemmArgs args{.ab_type = ab, .a = a, .b = b, .c = c, .num_groups = groups, .n = n, .k = k,
                                        .group_offsets = d_offsets, .total_rows = h_offsets[groups],
                                        .host_groups = std::span<const int>(h_offsets, (std::size_t)groups + 1),
-                                       .a_scales = a_scales, .b_scales = b_scales};
+                                       .a_scales = a_scales, .b_scales = b_scales, .b_tensor_scales = b_tensor_scales,
+                                       .b_type = b_type};
     if (spec_out) copy_text(rt.choose_spec(args).to_text(), spec_out, spec_len);
     rt.grouped_gemm(args, static_cast<moejit::Stream>(stream));
     return 0;
@@ -77,6 +80,16 @@ int moejit_bench_grouped_gemm_fp8(void* runtime, const void* a, const void* b, v
                                   int k, void* stream, char* spec_out, int spec_len, char* err, int err_len) {
   return launch(runtime, moejit::DType::e4m3, a, b, c, a_scales, b_scales, d_offsets, h_offsets, groups, n, k, stream,
                 spec_out, spec_len, err, err_len);
+}
+
+// Weight-only 4-bit: A bf16, B pre-arranged by pack_w4_sm90 (include/moejit/formats.hpp, "W4 SM90";
+// nvfp4 = 0: MXFP4, 1: NVFP4), b_tensor_scales fp32 [groups] for NVFP4 (null for MXFP4).
+int moejit_bench_grouped_gemm_w4(void* runtime, int nvfp4, const void* a, const void* b, void* c,
+                                 const float* b_tensor_scales, const int* d_offsets, const int* h_offsets, int groups,
+                                 int n, int k, void* stream, char* spec_out, int spec_len, char* err, int err_len) {
+  return launch(runtime, moejit::DType::bf16, a, b, c, nullptr, nullptr, d_offsets, h_offsets, groups, n, k, stream,
+                spec_out, spec_len, err, err_len, nvfp4 ? moejit::DType::nvfp4 : moejit::DType::mxfp4,
+                nvfp4 ? b_tensor_scales : nullptr);
 }
 
 }  // extern "C"

@@ -17,6 +17,8 @@ using Bf16Fn = int (*)(void*, const void*, const void*, void*, const int*, const
                        char*, int);
 using Fp8Fn = int (*)(void*, const void*, const void*, void*, const float*, const float*, const int*, const int*, int, int,
                       int, void*, char*, int, char*, int);
+using W4Fn = int (*)(void*, int, const void*, const void*, void*, const float*, const int*, const int*, int, int, int, void*,
+                     char*, int, char*, int);
 
 template <class Fn>
 Fn symbol(void* lib, const char* name) {
@@ -36,6 +38,7 @@ TEST_CASE("bench C entry point: loads with every symbol resolved, bad arguments 
   auto free_runtime = symbol<FreeFn>(lib, "moejit_bench_runtime_free");
   auto bf16 = symbol<Bf16Fn>(lib, "moejit_bench_grouped_gemm_bf16");
   auto fp8 = symbol<Fp8Fn>(lib, "moejit_bench_grouped_gemm_fp8");
+  auto w4 = symbol<W4Fn>(lib, "moejit_bench_grouped_gemm_w4");
 
   char err[512] = {};
   const int offsets[] = {0, 4};
@@ -45,6 +48,10 @@ TEST_CASE("bench C entry point: loads with every symbol resolved, bad arguments 
   CHECK(fp8(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, -1, 128, 128, nullptr, nullptr, 0, err,
             sizeof err) == -1);
   CHECK(std::string(err).find("groups >= 0") != std::string::npos);
+  err[0] = '\0';
+  CHECK(w4(nullptr, 1, nullptr, nullptr, nullptr, nullptr, nullptr, offsets, 1, 128, 64, nullptr, nullptr, 0, err, sizeof err) ==
+        -1);
+  CHECK(std::string(err).find("non-null") != std::string::npos);
 
   err[0] = '\0';
   void* rt = make_runtime(err, sizeof err);
@@ -54,6 +61,10 @@ TEST_CASE("bench C entry point: loads with every symbol resolved, bad arguments 
     // A device: the Runtime's validation answers for the null operands.
     err[0] = '\0';
     CHECK(bf16(rt, nullptr, nullptr, nullptr, nullptr, offsets, 1, 128, 64, nullptr, nullptr, 0, err, sizeof err) == -1);
+    CHECK(std::string(err).size() > 0);
+    err[0] = '\0';
+    CHECK(w4(rt, 0, nullptr, nullptr, nullptr, nullptr, nullptr, offsets, 1, 128, 64, nullptr, nullptr, 0, err, sizeof err) ==
+          -1);
     CHECK(std::string(err).size() > 0);
     free_runtime(rt);
   }

@@ -14,7 +14,8 @@ only. Both outputs are poisoned with NaN first and compared with each other.
 Reads routing.csv (bench_suite's), prints CSV:
   model,gemm,tokens,base_ms,new_ms,new_over_base,rel_diff,spec
 (new_over_base: the median of the rounds' ratios), then a summary line.
-Usage: NEW_TEMPLATES=dir python3 tests/gpu/templates_turns.py routing.csv libmoejit_bench_capi.so [bf16|e4m3]
+Usage: NEW_TEMPLATES=dir python3 tests/gpu/templates_turns.py routing.csv libmoejit_bench_capi.so [bf16|e4m3|mxfp4|nvfp4]
+(mxfp4 / nvfp4: weight-only 4-bit B, random valid codes and scales in the pre-arranged layout, w4_weights.)
 """
 import math
 import os
@@ -46,6 +47,35 @@ def runtime_with_templates(capi_path, templates, tag):
             os.environ["MOEJIT_TEMPLATE_DIR"] = saved
 
 
+def w4_weights(fmt):
+    """make_weights for weight-only 4-bit B: bytes in pack_w4_sm90's layout (include/moejit/formats.hpp,
+    "W4 SM90"), drawn as bench_suite's w4_pattern draws them: per 128-row run a header (MXFP4: row
+    exponents, 0 here), then ceil(K/64) blocks of 4096 code bytes (below 0x80) and scale bytes (MXFP4
+    stored 118..127, NVFP4 re-encoded 0x30..0x47). NVFP4's per-expert tensor scales are 1."""
+    nvfp4 = fmt == "nvfp4"
+    header, block = (0, 4096 + 512) if nvfp4 else (128, 4096 + 256)
+
+    def make(E, n, k):
+        runs, kb = E * ((n + 127) // 128), (k + 63) // 64
+        w = torch.empty(runs, header + kb * block, device="cuda", dtype=torch.uint8)
+        w[:, :header] = 0
+        blocks = w[:, header:].view(runs, kb, block)
+        blocks[:, :, :4096] = torch.randint(0, 0x80, (runs, kb, 4096), device="cuda", dtype=torch.uint8)
+        lo, count = (0x30, 24) if nvfp4 else (118, 10)
+        blocks[:, :, 4096:] = torch.randint(lo, lo + count, (runs, kb, block - 4096), device="cuda", dtype=torch.uint8)
+        return w, (torch.ones(E, device="cuda") if nvfp4 else None)
+    return make
+
+
+def w4_case(fmt):
+    def case(counts, n, k, weights):
+        w, tensor_scales = weights
+        a = torch.randn(sum(counts), k, device="cuda", dtype=torch.bfloat16)
+        ends = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
+        return a, w, (fmt, tensor_scales), ends, None
+    return case
+
+
 def main(routing_path, capi_path, fmt):
     new_templates = os.environ.get("NEW_TEMPLATES")
     if not new_templates:
@@ -55,7 +85,9 @@ def main(routing_path, capi_path, fmt):
     sides = [runtime_with_templates(capi_path, base_templates, "base"),
              runtime_with_templates(capi_path, new_templates, "new")]
     clear = torch.empty(L2_CLEAR_BYTES, dtype=torch.int8, device="cuda")
-    make_weights, make_case = {"bf16": (bf16_weights, bf16_case), "e4m3": (fp8_weights, fp8_case)}[fmt]
+    make_weights, make_case = {"bf16": (bf16_weights, bf16_case), "e4m3": (fp8_weights, fp8_case),
+                               "mxfp4": (w4_weights("mxfp4"), w4_case("mxfp4")),
+                               "nvfp4": (w4_weights("nvfp4"), w4_case("nvfp4"))}[fmt]
     print("model,gemm,tokens,base_ms,new_ms,new_over_base,rel_diff,spec", flush=True)
     ratios = []
     for model, gemm, tokens, counts, n, k, weights in routing_cases(routing_path, make_weights):

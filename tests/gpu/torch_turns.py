@@ -43,6 +43,8 @@ def load_capi(path):
     lib.moejit_bench_grouped_gemm_bf16.argtypes = [p, p, p, p, p, offsets_host, i, i, i, p, text, i, text, i]
     lib.moejit_bench_grouped_gemm_fp8.restype = ctypes.c_int
     lib.moejit_bench_grouped_gemm_fp8.argtypes = [p, p, p, p, p, p, p, offsets_host, i, i, i, p, text, i, text, i]
+    lib.moejit_bench_grouped_gemm_w4.restype = ctypes.c_int
+    lib.moejit_bench_grouped_gemm_w4.argtypes = [p, i, p, p, p, p, p, offsets_host, i, i, i, p, text, i, text, i]
     return lib
 
 
@@ -55,7 +57,8 @@ class Moejit:
 
     def launcher(self, a, w, c, offsets_dev, offsets_host, n, k, scales=None):
         """A function that launches C = A x W^T per group on torch's current stream, and the spec.
-        scales: None (bf16), or (a_scales, b_scales) of the FP8 block-scaled kernel."""
+        scales: None (bf16), (a_scales, b_scales) of the FP8 block-scaled kernel, or ("mxfp4" | "nvfp4",
+        tensor_scales or None) for weight-only 4-bit B (templates_turns.w4_weights)."""
         groups = len(offsets_host) - 1
         host = (ctypes.c_int * len(offsets_host))(*offsets_host)
         spec = ctypes.create_string_buffer(512)
@@ -63,6 +66,10 @@ class Moejit:
         if scales is None:
             entry = self.lib.moejit_bench_grouped_gemm_bf16
             args = [self.rt, a.data_ptr(), w.data_ptr(), c.data_ptr()]
+        elif isinstance(scales[0], str):
+            entry = self.lib.moejit_bench_grouped_gemm_w4
+            tensor_scales = scales[1].data_ptr() if scales[1] is not None else None
+            args = [self.rt, int(scales[0] == "nvfp4"), a.data_ptr(), w.data_ptr(), c.data_ptr(), tensor_scales]
         else:
             entry = self.lib.moejit_bench_grouped_gemm_fp8
             args = [self.rt, a.data_ptr(), w.data_ptr(), c.data_ptr(), scales[0].data_ptr(), scales[1].data_ptr()]
