@@ -785,8 +785,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     unsigned phase = 0;
     // Widens this thread's weights of the current stage into `frag` (all four k16 steps: their
     // registers must stay put until the wgmmas reading them finish).
-    auto widen_slice = [&](unsigned (&frag)[4][4], int slice) {
-      const unsigned w_stage = w_stages + (stage * kBlocks + slice_block) * kBlockBytes;
+    auto widen_slice = [&](unsigned (&frag)[4][4], int slice, unsigned slot) {
+      const unsigned w_stage = w_stages + (slot * kBlocks + slice_block) * kBlockBytes;
       const unsigned my_codes = (slice_part(slice) * 128 + t) * 16;
       const unsigned my_scales = w4_sm90_scale_offset(slice_part(slice) * 128 + t, kFormat == kNVFP4);  // the quad's copy
       unsigned codes[4], scales[2];
@@ -832,13 +832,15 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
         for (int i = 0; i < 4; ++i) frag[kk][i] = bf16x2_mul_by_half(bits[i], factors, i & 1);
       }
     };
-    auto widen = [&](unsigned (&frag)[kSlices][4][4]) {
-      mbarrier_wait(full_bars + 8 * stage, phase);
+    // slot: the ring slot, the run-time stage or a constant (the unrolled trips below).
+    auto widen_at = [&](unsigned (&frag)[kSlices][4][4], unsigned slot) {
+      mbarrier_wait(full_bars + 8 * slot, phase);
       // fuse=gather: the token rows came through the generic proxy (cp.async); order them before wgmma.
       if constexpr (Fuse::gather && !Fuse::gather_tma) fence_proxy_async_shared();
 #pragma unroll
-      for (int i = 0; i < kSlices; ++i) widen_slice(frag[i], i);
+      for (int i = 0; i < kSlices; ++i) widen_slice(frag[i], i, slot);
     };
+    auto widen = [&](unsigned (&frag)[kSlices][4][4]) { widen_at(frag, (unsigned)stage); };
     // Issues the current stage's four wgmmas and moves to the next stage.
     // Descriptors advanced from the first stage's, as in the FP8 kernel.
     const unsigned long long x_desc0 = wgmma_desc_sw128(x_stages);
@@ -856,8 +858,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     // registers of acc, where the wide wgmma puts those tokens' sums; kLoopWithTail multiplies the
     // tile's kTokens and, with the same widened weights, the stage's tail rows into acc_tail.
     constexpr int kLoopWide = 0, kLoopShortTail = 1, kLoopWithTail = 2;
-    auto issue = [&](const unsigned (&frag)[kSlices][4][4], bool first, int loop) {
-      const unsigned long long x_desc = wgmma_desc_advance<kXBytes>(x_desc0, stage);
+    auto issue_at = [&](const unsigned (&frag)[kSlices][4][4], unsigned slot, bool first, int loop) {
+      const unsigned long long x_desc = wgmma_desc_advance<kXBytes>(x_desc0, slot);
       fence_acc();
       wgmma_fence();
 #pragma unroll
@@ -873,12 +875,15 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
           Mma::mma(acc[i], frag[i][kk], wgmma_desc_advance<32>(x_desc, kk), !first || kk != 0);
           if constexpr (kTailRows != 0) {
             if (loop == kLoopWithTail)
-              TailMma::mma(acc_tail[i], frag[i][kk], wgmma_desc_advance<32>(wgmma_desc_advance<kTailBytes>(tail_desc0, stage), kk),
+              TailMma::mma(acc_tail[i], frag[i][kk], wgmma_desc_advance<32>(wgmma_desc_advance<kTailBytes>(tail_desc0, slot), kk),
                            !first || kk != 0);
           }
         }
       wgmma_commit();
       fence_acc();
+    };
+    auto issue = [&](const unsigned (&frag)[kSlices][4][4], bool first, int loop) {
+      issue_at(frag, (unsigned)stage, first, loop);
       if (++stage == kStages) stage = 0, phase ^= 1;
     };
     // Waits for the wgmmas in flight and gives their stage back.
@@ -894,20 +899,66 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     unsigned frag0[kSlices][4][4], frag1[kSlices][4][4];
     // Stage kb + 1 is widened while stage kb's wgmmas run; unrolled by two so that both fragment
     // sets stay in fixed registers. loop: a constant at each call (see issue).
+    //
+    // Decode tiles (kTokens <= 64): each whole trip through the ring from slot 0 runs unrolled with
+    // the slot a compile-time constant, so that the stage, barrier and descriptor addresses fold into
+    // immediates and the stage bookkeeping goes (as the FP8 k-loop's, docs/perf.md v51-v52). The trip
+    // starts on frag1 while frag0's wgmmas may be in flight. Where frag1's are (every other tile), it
+    // first waits for them (at most once per tile): with a second copy of the trip starting on frag0
+    // ptxas serialized every wgmma (C7512).
+    // Not where ptxas then serialized the wgmmas (C7512, the compile tests): gathered token rows (a
+    // gpt-oss layer's GEMM1 ran 1.01x the time so, v52), the 32-token tile, the dynamic 48-token one.
+    constexpr bool kUnrolledTrips =
+        kTokens <= 64 && kTokens != 32 && !(kTokens == 48 && kDynamic) && kStages % 2 == 0 && !Fuse::gather;
+    // in_flight: the slot of the wgmmas in flight (reading frag0, or done).
+    auto trip = [&](int loop, int& in_flight) {
+#pragma unroll
+      for (int st = 0; st < kStages; ++st) {
+        widen_at(st % 2 == 0 ? frag1 : frag0, (unsigned)st);
+        retire(st == 0 ? in_flight : st - 1);
+        issue_at(st % 2 == 0 ? frag1 : frag0, (unsigned)st, false, loop);
+      }
+      in_flight = kStages - 1;
+      phase ^= 1;  // stage is 0 again
+    };
     auto pipelined_k_loop = [&](int loop, int k_blocks) {
       widen(frag0);
       int in_flight = stage;
       issue(frag0, true, loop);
-      for (int kb = 1; kb < k_blocks; kb += 2) {
+      // Only on tiles of two trips' K blocks or more: without that test ptxas serialized the wgmmas
+      // (C7512) of the 32-token tile and of the dynamic 48-token one. (Qwen3 down, K = 768: 12 K
+      // blocks a tile, 1.00-1.05x the time in turns with or without trips, the one decode case not
+      // faster, v52.)
+      auto trip_fits = [&](int kb) {
+        return kUnrolledTrips && k_blocks >= 2 * kStages && stage == 0 && k_blocks - kb >= kStages;
+      };
+      for (int kb = 1;;) {
+        // The wgmmas in flight read frag0 (or are done).
+        if (kb >= k_blocks) break;
+        if (trip_fits(kb)) {
+          trip(loop, in_flight);
+          kb += kStages;
+          continue;
+        }
         widen(frag1);
         retire(in_flight);
         in_flight = stage;
         issue(frag1, false, loop);
-        if (kb + 1 >= k_blocks) break;
+        ++kb;
+        // The wgmmas in flight read frag1.
+        if (kb >= k_blocks) break;
+        if (trip_fits(kb)) {
+          // The trip starts on frag1: wait for its wgmmas here (the trip's first retire gives their
+          // stage back), then take the trip above.
+          wgmma_wait<0>();
+          fence_acc();
+          continue;
+        }
         widen(frag0);
         retire(in_flight);
         in_flight = stage;
         issue(frag0, false, loop);
+        ++kb;
       }
       retire(in_flight);
     };
