@@ -925,10 +925,9 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       widen(frag0);
       int in_flight = stage;
       issue(frag0, true, loop);
-      // Only on tiles of two trips' K blocks or more: without that test ptxas serialized the wgmmas
-      // (C7512) of the 32-token tile and of the dynamic 48-token one. (Qwen3 down, K = 768: 12 K
-      // blocks a tile, 1.00-1.05x the time in turns with or without trips, the one decode case not
-      // faster, v52.)
+      // Only on tiles of two trips' K blocks or more: the form timed and GPU-tested (v52). Qwen3 down
+      // (K = 768, 12 K blocks a tile, no trips so) ran 1.02-1.05x the time in turns, and 1.00-1.02x
+      // with trips on every tile: the one decode case not faster.
       auto trip_fits = [&](int kb) {
         return kUnrolledTrips && k_blocks >= 2 * kStages && stage == 0 && k_blocks - kb >= kStages;
       };
