@@ -575,8 +575,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
   // Registers: one CTA per SM starts every thread at 168 (65536 / 384, rounded down to 8), two at
   // 80 (65536 / 768); the producer gives back all but kProducerRegs and the consumers take what
-  // that frees: (384 x 168 - 128 x 24) / 256 = 240, or 232 beside the gathering producer, which
-  // needs 40 (its row offsets); two CTAs (384 x 80 - 128 x 32) / 256 = 104, or 96. Asking more
+  // that frees: (384 x 168 - 128 x 24) / 256 = 240, or 232 beside the gathering producer (its
+  // row offsets); two CTAs (384 x 80 - 128 x 32) / 256 = 104. Asking more
   // than the CTA holds would hang. The producer (warp 0 walks the groups, lane 0 issues TMA and
   // bulk copies) spills nothing at 24 (ptxas); with two CTAs it takes 32, which costs the consumers
   // nothing (104 either way after rounding) and which the 16-token tile needs (at 24 ptxas
@@ -585,11 +585,12 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   constexpr bool kTwoCtas = w4rs_ctas_per_sm<kTokens, kRowsW>() == 2;
   // A gathering producer with one CTA per SM takes 56 (its consumers 224): distinct address
   // registers for its copies (at 40 every copy reused one pair, and waited for the previous
-  // copy to have read it). With the 48-token narrow loop it takes 32 (0 spills), so that the
-  // consumers get 104: at 96 ptxas serialized their wgmmas (C7512). The dynamic scheduler's
+  // copy to have read it). With two CTAs it takes 32 (0 spills), so that the consumers get 104:
+  // at 96 (a producer of 40, before v53) ptxas serialized the wgmmas of the 48-token narrow loop
+  // and of the unrolled trips below (C7512). The dynamic scheduler's
   // producer takes 32 (its consumers 232): at 24 ptxas spilled one of its registers once the
   // consumers had the staged epilogue.
-  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? (kTwoCtas ? (kShortTailsOverlapped ? 32 : 40) : 56)
+  constexpr int kProducerRegs = Fuse::gather && !Fuse::gather_tma ? (kTwoCtas ? 32 : 56)
                                                                   : (kTwoCtas || kDynamic ? 32 : 24);
   constexpr int kConsumerRegs = ((kTwoCtas ? 80 : 168) * 384 - 128 * kProducerRegs) / 256 / 8 * 8;
 
@@ -906,10 +907,12 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
     // starts on frag1 while frag0's wgmmas may be in flight. Where frag1's are (every other tile), it
     // first waits for them (at most once per tile): with a second copy of the trip starting on frag0
     // ptxas serialized every wgmma (C7512).
-    // Not where ptxas then serialized the wgmmas (C7512, the compile tests): gathered token rows (a
-    // gpt-oss layer's GEMM1 ran 1.01x the time so, v52), the 32-token tile, the dynamic 48-token one.
+    // Not where ptxas then serialized the wgmmas (C7512, the compile tests): the 32-token tile, the
+    // dynamic 48-token one, NVFP4's gathered 64-token one. (Gathered rows take the trips since v53,
+    // their producer at 32 registers: the gpt-oss-120b MXFP4 layer's GEMM1 0.94-0.95x the time.)
     constexpr bool kUnrolledTrips =
-        kTokens <= 64 && kTokens != 32 && !(kTokens == 48 && kDynamic) && kStages % 2 == 0 && !Fuse::gather;
+        kTokens <= 64 && kTokens != 32 && !(kTokens == 48 && kDynamic) && kStages % 2 == 0 &&
+        !(Fuse::gather && kTokens == 64 && kFormat == kNVFP4);
     // in_flight: the slot of the wgmmas in flight (reading frag0, or done).
     auto trip = [&](int loop, int& in_flight) {
 #pragma unroll
