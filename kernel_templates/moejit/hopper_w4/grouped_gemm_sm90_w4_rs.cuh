@@ -928,11 +928,13 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
       widen(frag0);
       int in_flight = stage;
       issue(frag0, true, loop);
-      // Only on tiles of two trips' K blocks or more: the form timed and GPU-tested (v52). Qwen3 down
-      // (K = 768, 12 K blocks a tile, no trips so) ran 1.02-1.05x the time in turns, and 1.00-1.02x
-      // with trips on every tile: the one decode case not faster.
+      // Tiles (or split pieces) of fewer than two trips' K blocks take the trips too on the unfused
+      // 16-token tile (v53: Qwen3 down, K = 768, 12 K blocks a tile, 0.971-0.979x the time in turns;
+      // that form passed the GPU tests in v52). Elsewhere only from two trips, the form GPU-tested
+      // there (dropping the bound for them too compiles clean, but is not yet GPU-run).
+      constexpr bool kShortTileTrips = kTokens == 16 && !Fuse::any;
       auto trip_fits = [&](int kb) {
-        return kUnrolledTrips && k_blocks >= 2 * kStages && stage == 0 && k_blocks - kb >= kStages;
+        return kUnrolledTrips && (kShortTileTrips || k_blocks >= 2 * kStages) && stage == 0 && k_blocks - kb >= kStages;
       };
       for (int kb = 1;;) {
         // The wgmmas in flight read frag0 (or are done).
