@@ -575,8 +575,8 @@ __device__ __forceinline__ void grouped_gemm_w4_rs(const GroupedGemmParams& p, c
   constexpr bool kDynamic = kScheduler == kSchedulerDynamic;
   // Registers: one CTA per SM starts every thread at 168 (65536 / 384, rounded down to 8), two at
   // 80 (65536 / 768); the producer gives back all but kProducerRegs and the consumers take what
-  // that frees: (384 x 168 - 128 x 24) / 256 = 240, or 232 beside the gathering producer (its
-  // row offsets); two CTAs (384 x 80 - 128 x 32) / 256 = 104. Asking more
+  // that frees: (384 x 168 - 128 x 24) / 256 = 240 (less beside the gathering or dynamic producer,
+  // below); two CTAs (384 x 80 - 128 x 32) / 256 = 104. Asking more
   // than the CTA holds would hang. The producer (warp 0 walks the groups, lane 0 issues TMA and
   // bulk copies) spills nothing at 24 (ptxas); with two CTAs it takes 32, which costs the consumers
   // nothing (104 either way after rounding) and which the 16-token tile needs (at 24 ptxas
