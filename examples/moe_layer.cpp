@@ -24,6 +24,10 @@
 // --weights mxfp4: W1 and W2 quantized by moejit::quantize_mxfp4 and packed by pack_w4_sm90 (the
 // GEMMs then take b_type = mxfp4: the Hopper 4-bit kernel with its fusions on sm_90a); the CPU
 // reference uses the dequantized weights (exact in bf16: 2 significant bits times a power of two).
+// --weights nvfp4: the same with moejit::quantize_nvfp4 (E2M1 + E4M3 per 16 K + an fp32 tensor scale
+// per expert, GroupedGemmArgs::b_tensor_scales); the reference keeps each weight as E2M1 x its block
+// scale (exact in bf16: at most 6 significant bits) and multiplies the expert's tensor scale in, as
+// the kernel does on its accumulator.
 // --weights e4m3: FP8 end to end, DeepSeek-V3's recipe: W1 and W2 quantized by moejit::quantize_fp8
 // in 128x128 blocks, and the activations on the GPU by moejit::quantize_activations_fp8 in 1x128
 // blocks (x before GEMM1, h before GEMM2: each GEMM's time below includes its quantization). Where
@@ -53,7 +57,7 @@
 // Without a GPU it says so, compiles (prewarms) the kernels it would use for sm_90a, and exits 0.
 //
 //   moe_layer [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|mixtral-8x7b|all] [--tokens 16,1024,16384]
-//             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--fp8-gather auto|quantize|gemm]
+//             [--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|nvfp4|e4m3] [--fp8-gather auto|quantize|gemm]
 //             [--fp8-h gemm1|quantize] [--route-only]
 //             [--gemm1-spec tile=256x128x64,stages=4] [--gemm2-spec stages=6]
 //   --gemm1-spec / --gemm2-spec: these spec fields replace the heuristic's in the fused GEMM1 /
@@ -158,28 +162,42 @@ double round_bf16(double v) { return bf16_to_float(float_to_bf16(static_cast<flo
 
 struct Weights {
   std::vector<std::uint16_t> w1, w2;   // [E, 2I, H] (gate/up rows interleaved, or halves: split_glu), [E, H, I]
-  std::vector<std::uint8_t> q1, q2;    // --weights mxfp4: w1, w2 packed by pack_w4_sm90 (w1, w2 dequantized)
+  std::vector<std::uint8_t> q1, q2;    // --weights mxfp4 | nvfp4: w1, w2 packed by pack_w4_sm90 (w1, w2
+                                       // dequantized; NVFP4 without the tensor scale)
+  std::vector<float> t1, t2;           // --weights nvfp4: the experts' fp32 tensor scales [E]
                                        // --weights e4m3: E4M3 codes of w1, w2 (128x128 blocks)
   std::vector<float> s1, s2;           // --weights e4m3: block scales [E][N/128][K/128]
   bool split_glu = false;              // --weights e4m3 with I % 128 == 0
   std::vector<float> b1, b2, bias;     // [E, 2I], [E, H] (gpt-oss), correction bias [E] (DeepSeek-V3)
 };
 
-// MXFP4 of bf16 weights [E][rows][K]: the packed blocks the kernels read, and the weights
-// replaced by their dequantized values (exact in bf16) for the reference. One expert per task
-// (the packed blocks are ordered expert-major, so the experts' packings concatenate): gpt-oss's
-// 2.1 G weights took minutes through one whole-tensor call.
-std::vector<std::uint8_t> to_mxfp4(std::vector<std::uint16_t>& bf16, int experts, int rows, int k) {
+// MXFP4 or NVFP4 of bf16 weights [E][rows][K]: the packed blocks the kernels read, and the weights
+// replaced by their dequantized values (exact in bf16) for the reference; NVFP4's tensor scales go
+// to `tensor_scales` [E], left out of the dequantized values. One expert per task (the packed blocks
+// are ordered expert-major, so the experts' packings concatenate): gpt-oss's 2.1 G weights took
+// minutes through one whole-tensor call.
+std::vector<std::uint8_t> to_w4(std::vector<std::uint16_t>& bf16, int experts, int rows, int k, DType format,
+                                std::vector<float>& tensor_scales) {
   const std::size_t per_expert = static_cast<std::size_t>(rows) * k;
   std::vector<std::vector<std::uint8_t>> packed(experts);
+  if (format == DType::nvfp4) tensor_scales.assign(experts, 1.0f);
   parallel_for(experts, [&](std::size_t e) {
     std::uint16_t* const w = bf16.data() + e * per_expert;
     std::vector<float> f(per_expert);
     for (std::size_t i = 0; i < per_expert; ++i) f[i] = bf16_to_float(w[i]);
-    const Mxfp4Tensor q = quantize_mxfp4(f.data(), QuantShape{1, rows, k});
-    const std::vector<float> deq = dequantize(q);
+    std::vector<float> deq;
+    if (format == DType::nvfp4) {
+      Nvfp4Tensor q = quantize_nvfp4(f.data(), QuantShape{1, rows, k});
+      packed[e] = pack_w4_sm90(q);
+      tensor_scales[e] = q.tensor_scales[0];
+      q.tensor_scales[0] = 1.0f;  // E2M1 x E4M3 alone: exact in bf16
+      deq = dequantize(q);
+    } else {
+      const Mxfp4Tensor q = quantize_mxfp4(f.data(), QuantShape{1, rows, k});
+      packed[e] = pack_w4_sm90(q);
+      deq = dequantize(q);
+    }
     for (std::size_t i = 0; i < per_expert; ++i) w[i] = float_to_bf16(deq[i]);
-    packed[e] = pack_w4_sm90(q);
   });
   std::vector<std::uint8_t> out;
   out.reserve(packed.empty() ? 0 : packed[0].size() * experts);
@@ -205,14 +223,17 @@ void to_fp8(const std::vector<std::uint16_t>& bf16, int experts, int rows, int k
   });
 }
 
-// The reference's view of the weights: bf16 values, or E4M3 codes times their 128x128 block's scale.
+// The reference's view of the weights: bf16 values (NVFP4: times the expert's tensor scale), or E4M3
+// codes times their 128x128 block's scale.
 struct WeightView {
   const std::vector<std::uint16_t>& bf16;
   const std::vector<std::uint8_t>* codes;  // null: bf16
   const std::vector<float>* scales;
   int rows, k;                              // per expert
+  const std::vector<float>* tensor_scales = nullptr;  // NVFP4: [E]
   double at(std::size_t e, std::size_t row, std::size_t col) const {
     const std::size_t i = (e * rows + row) * k + col;
+    if (tensor_scales) return (double)bf16_to_float(bf16[i]) * (*tensor_scales)[e];
     if (!codes) return bf16_to_float(bf16[i]);
     const std::size_t kb = (k + 127) / 128, nb = (rows + 127) / 128;
     return (double)e4m3_to_float((*codes)[i]) * (*scales)[(e * nb + row / 128) * kb + col / 128];
@@ -232,9 +253,9 @@ Weights make_weights(const LayerModel& m, DType weights) {
   const std::size_t E = m.experts, H = m.hidden, I = m.intermediate;
   w.w1 = random_bf16(E * 2 * I * H, 11, 1.0f / std::sqrt((float)H));
   w.w2 = random_bf16(E * H * I, 12, 1.0f / std::sqrt((float)I));
-  if (weights == DType::mxfp4) {
-    w.q1 = to_mxfp4(w.w1, m.experts, 2 * m.intermediate, m.hidden);
-    w.q2 = to_mxfp4(w.w2, m.experts, m.hidden, m.intermediate);
+  if (weights == DType::mxfp4 || weights == DType::nvfp4) {
+    w.q1 = to_w4(w.w1, m.experts, 2 * m.intermediate, m.hidden, weights, w.t1);
+    w.q2 = to_w4(w.w2, m.experts, m.hidden, m.intermediate, weights, w.t2);
   }
   if (weights == DType::e4m3) {
     w.split_glu = m.intermediate % 128 == 0;
@@ -256,7 +277,9 @@ std::vector<double> reference_layer(const LayerModel& m, const Weights& w, const
                                     const reference::Routing& routing, const std::vector<int>& tokens, bool h_bf16) {
   const int H = m.hidden, I = m.intermediate, K = m.top_k;
   const bool fp8 = !w.s1.empty();
-  const WeightView w1{w.w1, fp8 ? &w.q1 : nullptr, &w.s1, 2 * I, H}, w2{w.w2, fp8 ? &w.q2 : nullptr, &w.s2, H, I};
+  const bool nvfp4 = !w.t1.empty();
+  const WeightView w1{w.w1, fp8 ? &w.q1 : nullptr, &w.s1, 2 * I, H, nvfp4 ? &w.t1 : nullptr},
+      w2{w.w2, fp8 ? &w.q2 : nullptr, &w.s2, H, I, nvfp4 ? &w.t2 : nullptr};
   std::vector<double> out(tokens.size() * H, 0.0);
   parallel_for(tokens.size(), [&](std::size_t s) {
     const int t = tokens[s];
@@ -503,6 +526,8 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   float* d_hs = fp8 ? static_cast<float*>(device_alloc(rows * ((I + 127) / 128) * 4)) : nullptr;
   float* d_w1s = fp8 ? device_copy(w.s1) : nullptr;
   float* d_w2s = fp8 ? device_copy(w.s2) : nullptr;
+  float* d_w1t = w.t1.empty() ? nullptr : device_copy(w.t1);  // NVFP4's tensor scales
+  float* d_w2t = w.t2.empty() ? nullptr : device_copy(w.t2);
   void* d_y = device_alloc(rows * H * 2);    // GEMM2 output [tokens, top_k, H]
   void* d_out = device_alloc((std::size_t)tokens * H * 2);
 
@@ -519,6 +544,8 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
   g.up.b_scales = d_w1s;
   g.down.a_scales = d_hs;
   g.down.b_scales = d_w2s;
+  g.up.b_tensor_scales = d_w1t;
+  g.down.b_tensor_scales = d_w2t;
   g.up.b = d_w1;
   g.up.c = h_from_gemm1 ? d_hq : d_h;
   if (h_from_gemm1) g.up.c_scales = d_hs;
@@ -767,7 +794,7 @@ bool run_layer(Runtime& rt, const LayerModel& m, const Weights& w, DType weights
                   (void*)ra.gather_rows, (void*)ra.scatter_rows, (void*)ra.routing_weights, (void*)ra.row_of_slot, ra.workspace,
                   d_h, d_y, d_out,
                   d_a_plain, d_c_plain, d_xq, (void*)d_xs, d_hq, (void*)d_hs, (void*)d_w1s, (void*)d_w2s, d_a_plain_q,
-                  (void*)d_a_plain_s})
+                  (void*)d_a_plain_s, (void*)d_w1t, (void*)d_w2t})
     cudaFree(p);
   return ok;
 }
@@ -845,6 +872,7 @@ int main(int argc, char** argv) {
     else if (flag == "--reps") reps = std::atoi(value);
     else if (flag == "--weights" && std::string(value) == "bf16") weights = DType::bf16;
     else if (flag == "--weights" && std::string(value) == "mxfp4") weights = DType::mxfp4;
+    else if (flag == "--weights" && std::string(value) == "nvfp4") weights = DType::nvfp4;
     else if (flag == "--weights" && std::string(value) == "e4m3") weights = DType::e4m3;
     else if (flag == "--gather-by" && std::string(value) == "cp_async") gather_by = GatherLoad::cp_async;
     else if (flag == "--gather-by" && std::string(value) == "tma") gather_by = GatherLoad::tma;
@@ -876,7 +904,7 @@ int main(int argc, char** argv) {
   if (models_bad || models.empty() || token_counts.empty() || bad_tokens || check_tokens < 1 || reps < 1) {
     fmt::print(stderr,
                "usage: {} [--model gpt-oss-120b|qwen3-30b-a3b|deepseek-v3|mixtral-8x7b|all (comma-separated)] [--tokens 16,1024,16384] "
-               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|e4m3] [--gather-by cp_async|tma] "
+               "[--check-tokens 32] [--reps 20] [--weights bf16|mxfp4|nvfp4|e4m3] [--gather-by cp_async|tma] "
                "[--fp8-gather auto|quantize|gemm] [--fp8-h gemm1|quantize] [--route-only] [--gemm1-spec FIELDS] [--gemm2-spec FIELDS]\n",
                argv[0]);
     return 2;
