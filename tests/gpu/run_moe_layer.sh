@@ -4,7 +4,7 @@
 # models' presets, checking that the layer compiles nothing more) (examples/moe_layer) and the same layer
 # composed of torch operations around torch._grouped_mm (tests/gpu/moe_layer_peers.py), at the
 # same models and token counts. Both print CSV "model,tokens,what,ms"; everything lands in $OUT.
-# gpt-oss-120b runs a second time with MXFP4 weights (moe_layer_mxfp4.csv/txt).
+# gpt-oss-120b runs again with MXFP4 and NVFP4 weights (moe_layer_{mxfp4,nvfp4}.csv/txt).
 #   MODELS   (default gpt-oss-120b,qwen3-30b-a3b; add deepseek-v3 for the third: 22 GB of weights)
 #   TOKENS   (default 16,1024,16384)
 set -uo pipefail
@@ -45,10 +45,12 @@ else
   echo "FAILED: the layer compiled kernels prewarm did not build:"; cat "$OUT/prewarm_missed.txt"; status=1
 fi
 
-echo "== moejit fused layer, gpt-oss-120b with MXFP4 weights (Hopper 4-bit kernel with its fusions)"
-"$BUILD"/examples/moe_layer --model gpt-oss-120b --weights mxfp4 --tokens "$TOKENS" > "$OUT/moe_layer_mxfp4.csv" \
-  2> "$OUT/moe_layer_mxfp4.txt" || status=1
-cat "$OUT/moe_layer_mxfp4.txt"
+echo "== moejit fused layer, gpt-oss-120b with MXFP4 and NVFP4 weights (Hopper 4-bit kernel with its fusions)"
+for w in mxfp4 nvfp4; do
+  "$BUILD"/examples/moe_layer --model gpt-oss-120b --weights $w --tokens "$TOKENS" > "$OUT/moe_layer_$w.csv" \
+    2> "$OUT/moe_layer_$w.txt" || status=1
+  cat "$OUT/moe_layer_$w.txt"
+done
 
 echo "== gpt-oss-120b fused GEMM1 with its rows gathered by TMA (gather_by=tma) instead of cp.async, bf16 and MXFP4"
 for w in bf16 mxfp4; do
