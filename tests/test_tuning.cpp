@@ -505,11 +505,35 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
     KernelSpec s = choose_spec(p, kHopper, 132);
     CHECK((s.cluster_m == 2 && s.tile.n == 256));
   }
-  // 144-255 rows with K >= 6144, under 4 rounds of tiles: 128x256 pairs too (v47, Mixtral down at 600-832 tokens).
-  CHECK(fp8_tile(8, 192, 4096, 14336) == "128x256 s4 static 2x1");
-  CHECK(fp8_tile(8, 150, 6144, 16384) == "128x256 s4 static 2x1");
+  // 144-255 rows with K >= 6144, under 4 rounds of tiles: 128x256 pairs too (v47, Mixtral down at 600-832
+  // tokens), unless 64x256's rounds cost less (v54, below): uniform 192 / 150 rows take 3 / 5 rounds of
+  // 64x256 against 2 / 3 of pairs (Mixtral-8x7B / 8x22B down at 576-768 tokens: 0.887-0.941x the pairs' time).
+  CHECK(fp8_tile(8, 192, 4096, 14336) == "64x256 s4 static");
+  CHECK(fp8_tile(8, 150, 6144, 16384) == "64x256 s4 static");
   CHECK(fp8_tile(8, 128, 4096, 14336) != "128x256 s4 static 2x1");   // below 144
-  CHECK(fp8_tile(8, 192, 28672, 4096) == "128x256 s4 dynamic");      // K = 4096
+  CHECK(fp8_tile(8, 192, 28672, 4096) == "64x256 s4 static");        // K = 4096 (was 128x256 dynamic: 0.928-0.985x)
+  {  // 64x256 by rounds (v54): few groups, from 96 rows, where its rounds cost <= 0.93 of the choice's
+    auto fp8_counts = [](std::vector<int> rows, int n, int k) {
+      long long total = 0;
+      for (int r : rows) total += r;
+      GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, (int)rows.size(), n, k, total, rows};
+      KernelSpec s = choose_spec(p, kHopper, 132);
+      return fmt::format("{}x{} {}{}", s.tile.m, s.tile.n, to_text(s.scheduler), s.cluster_m == 2 ? " 2x1" : "");
+    };
+    // Mixtral-8x22B up 704 tokens: 25 rounds of 64x256 against 16 of pairs (0.838x measured)
+    CHECK(fp8_counts({196, 168, 163, 174, 174, 183, 177, 173}, 32768, 6144) == "64x256 static");
+    // Mixtral-8x7B down 704 tokens: two groups past 192 rows make a fourth 64x256 round (1.112x): pairs stay
+    CHECK(fp8_counts({194, 163, 161, 201, 175, 164, 191, 159}, 4096, 14336) == "128x256 static 2x1");
+    // Grok-1 up 1024 tokens (0.923x)
+    CHECK(fp8_counts({271, 253, 254, 263, 226, 258, 265, 258}, 65536, 6144) == "64x256 static");
+    // DBRX down 256 tokens, 47-74 rows: under 96 rows (64x256 measured 1.020x)
+    CHECK(fp8_counts({72, 67, 68, 66, 74, 61, 74, 69, 65, 67, 66, 56, 49, 65, 58, 47}, 6144, 10752) != "64x256 static");
+    // The same rows over 32 groups: many groups are left to the rules above
+    std::vector<int> many(32, 180);
+    CHECK(fp8_counts(many, 32768, 6144) != "64x256 static");
+    std::vector<int> few(8, 180);
+    CHECK(fp8_counts(few, 32768, 6144) == "64x256 static");
+  }
   {  // pairs take the tile whose rounds cost less, 128x192 counted as 0.75 (v47, two Mixtral down routings)
     auto pair_tile = [](std::vector<int> rows) {
       long long total = 0;
@@ -555,8 +579,9 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
     CHECK(unfused({296, 306, 317, 336, 316, 329, 350, 310}) == "128x256 static 2x1");  // 1280 tokens: 3 against 4 x 0.75 rounds
     // 1536 tokens: the model would take 128x192 pairs (0.96-1.04x measured): the singles stay
     CHECK(unfused({384, 389, 402, 376, 371, 385, 395, 370}) == "128x192 dynamic");
-    // 1024 tokens, 4 of 8 groups with a third M tile: 440 tiles, the singles split their last round (pairs 1.03x)
-    CHECK(unfused({232, 250, 267, 272, 245, 277, 247, 258}) == "128x192 dynamic split");
+    // 1024 tokens, 4 of 8 groups with a third M tile: 440 tiles, the singles would split their last round
+    // (pairs 1.03x); 64x256 static since v54 (the suite's routing: tuner 0.885-0.889x; another 0.930x)
+    CHECK(unfused({232, 250, 267, 272, 245, 277, 247, 258}) == "64x256 static");
     // 144-255 rows: 128x256 pairs where they cost at most 1.1x the singles' rounds, else 128x192 pairs where
     // those cost no more. 2 of 8 groups with three M tiles (v47: 128x256 pairs 1.00-1.15x): 128x192 pairs
     CHECK(unfused({250, 240, 245, 262, 270, 238, 248, 244}) == "128x192 static 2x1");

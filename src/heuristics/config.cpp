@@ -279,6 +279,24 @@ constexpr double kFp8ShortPairMinRows = 144;
 // left the other 10, where 128x192 pairs measured 1.008-1.134x. The suite's DeepSeek-V3 up (128x256
 // pairs) reads 1.02-1.04 on random routings: unchanged.
 constexpr double kFp8PairTileMaxRatio = 0.97;
+// Few large groups (v54): unfused, at most kFp8SmallByRoundsMaxGroups active groups of at least
+// kFp8SmallByRoundsMinRows rows on average, 64x256 on the static scheduler where its rounds of tiles
+// cost at most kFp8SmallByRoundsMaxRatio of the choice above's (rounds as unit_rounds counts them, in
+// 128x256 rounds; a 64x256 round costs kFp8SmallTileCost x 0.5 of one): where the groups' last
+// 128-row M tiles are short, the 64-row tiles fill the rounds the 128-row ones half waste. In turns
+// on the H200 (docs/results/2026-11-28-v54-fp8-small-by-rounds-*.csv; fresh routings):
+// - fitted on Mixtral-8x7B / 8x22B up and down at 576-2048 tokens (40 launches): it takes 64x256 on
+//   19, at 0.838-0.985x the time of the old choice (geomean 0.920), and leaves the 21 where 64x256
+//   took 0.956-1.112x;
+// - then checked on 72 other launches (Mixtral at 384-4096 tokens, DBRX and Grok-1 shapes): from 96
+//   rows it takes 64x256 on 11, all faster (0.887-0.970x); below (DBRX 256 tokens, 47-79 rows) it
+//   had fired at 1.004 / 1.020x.
+// Many groups are left out: there the tuner found the choice above within 5% of the best and 64x256
+// not the best (v53 section 6).
+constexpr double kFp8SmallTileCost = 1.05;
+constexpr double kFp8SmallByRoundsMaxRatio = 0.93;
+constexpr long long kFp8SmallByRoundsMaxGroups = 16;
+constexpr double kFp8SmallByRoundsMinRows = 96;
 // Measured from 384 rows per expert; below 256 (groups of one M tile, whose pairs split N and share
 // nothing, or the short-launch pairs above, which measured 128x256) the pairs keep 128x256.
 constexpr double kFp8PairTileMinRows = 256;
@@ -925,6 +943,19 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
         !problem.group_rows.empty()) {
       const KernelSpec wide = with_tile(spec, kFp8Wide);  // still 2x1, static
       if (rounds_cost(wide) <= kFp8PairTileMaxRatio * rounds_cost(spec)) spec = wide;
+    }
+    // Few large groups: 64x256 static where its rounds cost less (kFp8SmallByRoundsMaxRatio above).
+    if (pairable && !problem.group_rows.empty() && mean_rows >= kFp8SmallByRoundsMinRows &&
+        active <= kFp8SmallByRoundsMaxGroups) {
+      auto tile_rounds_cost = [&](const KernelSpec& s) {
+        return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.m * s.tile.n /
+               (kFp8Full.tile.m * kFp8Full.tile.n) * (s.tile.m == 64 ? kFp8SmallTileCost : 1.0);
+      };
+      KernelSpec small = with_tile(spec, kFp8Small);
+      small.scheduler = Scheduler::static_persistent;
+      small.cluster_m = 1;
+      small.pair_order = PairOrder::plain;
+      if (tile_rounds_cost(small) <= kFp8SmallByRoundsMaxRatio * tile_rounds_cost(spec)) spec = small;
     }
     // Gathered A: the gathering producer warpgroup needs 56 registers beside the dynamic scheduler's
     // ring (v30), and the 128x192 / 128x256 consumers spill at the 216 that leaves (40 and 232 with
