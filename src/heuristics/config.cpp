@@ -293,7 +293,7 @@ constexpr double kFp8PairTileMaxRatio = 0.97;
 //   had fired at 1.004 / 1.020x;
 // - over all 112, the launches the model puts at 0.93-0.95 measured 0.864-1.000x (11), at 0.95-0.97
 //   0.951-1.006x: so 0.95. That takes the suite's Mixtral down 4096 too (the tuner's 0.902-0.940x).
-//   On 56 more (Mixtral at 2560-6144 tokens, DBRX and Grok-1 at 640-4096) it took 64x256 on 5 more, at
+//   On 56 more (Mixtral at 2560-6144 tokens, DBRX and Grok-1 at 640-4096) it took 64x256 on 4 more, at
 //   0.933-0.986x. Over the 168 launches: 45 changed, 0.838-1.000x, geomean 0.935.
 // Many groups are left out: there the tuner found the choice above within 5% of the best and 64x256
 // not the best (v53 section 6).
