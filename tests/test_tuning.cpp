@@ -258,8 +258,13 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
     GemmProblem down{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 1480, ragged};
     KernelSpec s = choose_spec(down, kHopper, 132);
     CHECK((s.cluster_m == 1 && s.split == SplitK::tail));
-    std::vector<int> even(8, 192);  // 768 tokens: 1.94 rounds, no split: 2x1 (v39: 0.90-0.91x)
+    std::vector<int> even(8, 192);  // 768 tokens: 1.94 rounds, no split: 2x1 (v39: 0.90-0.91x) until v54,
     GemmProblem down768{GroupLayout::contiguous, DType::bf16, DType::bf16, 8, 4096, 14336, 8 * 192, even};
+    s = choose_spec(down768, kHopper, 132);  // now 64x256 static: 3 rounds of half tiles against 2 (0.82-0.87x)
+    CHECK((s.tile.m == 64 && s.tile.n == 256 && s.scheduler == Scheduler::static_persistent && s.cluster_m == 1));
+    even.assign(8, 200);  // a fourth 64-row tile per group: 4 rounds, pairs stay
+    down768.group_rows = even;
+    down768.total_rows = 8 * 200;
     s = choose_spec(down768, kHopper, 132);
     CHECK((s.cluster_m == 2 && s.split == SplitK::none));
   }
@@ -315,11 +320,14 @@ TEST_CASE("tuning candidates: 2x1 CTA pairs (B shared) from 128 rows per group; 
       return choose_spec(p, kHopper, 132);
     };
     const std::vector<int> mixtral_22b = {130, 140, 136, 141, 139, 133, 137, 132};  // 136 rows; tail rows: 1.45 rounds
+    // Both now take 64x256 static (v54: 5 / 3 rounds of half tiles against 3 / 2 of pairs; 0.82-0.93x measured)
     KernelSpec s = choose(mixtral_22b, 6144, 16384);
-    CHECK((s.cluster_m == 2 && s.tail == 0 && s.split == SplitK::none));
+    CHECK((s.tile.m == 64 && s.cluster_m == 1 && s.tail == 0 && s.split == SplitK::none));
     const std::vector<int> mixtral_608 = {145, 160, 150, 155, 148, 158, 149, 153};  // 152 rows; tail rows: 1.45 rounds
     s = choose(mixtral_608, 4096, 14336);
-    CHECK((s.cluster_m == 2 && s.tail == 0));
+    CHECK((s.tile.m == 64 && s.cluster_m == 1 && s.tail == 0));
+    s = choose(mixtral_608, 4096, 6144);  // K under 10240: 128-row tiles (64x256 lost at K = 4096-6144)
+    CHECK(s.tile.m == 128);
     // Tail rows that fit the launch in one round come first (8 x 16 tiles).
     s = choose({140, 150, 145, 138, 152, 147, 139, 149}, 4096, 14336);
     CHECK((s.cluster_m == 1 && s.tail == 24));
@@ -1012,10 +1020,12 @@ TEST_CASE("absorbed tail rows (tail=24) below 320 rows per group (768 on a layer
     CHECK(two_rounds.split == SplitK::tail);
     CHECK(two_rounds.tail == 0);
     // Mixtral-8x22B down at 512 tokens: 12 M tiles x 24 (2.18 rounds, the last cut in 4) against 8 x 24
-    // with tail rows (1.45 rounds): split.
+    // with tail rows (1.45 rounds): split, until v54; now 64x256 static, whose 4 rounds of half tiles cost
+    // 0.667 of the split's 3 (0.833-0.863x measured on three such launches).
     KernelSpec wide = choose({130, 140, 129, 150, 120, 110, 125, 127}, 6144, 16384);
+    CHECK((wide.tile.m == 64 && wide.split == SplitK::none && wide.tail == 0));
+    wide = choose({130, 140, 129, 150, 120, 110, 125, 127}, 6144, 8192);  // K under 10240: the split
     CHECK(wide.split == SplitK::tail);
-    CHECK(wide.tail == 0);
   }
 }
 

@@ -40,6 +40,24 @@ constexpr double kHopperSmallMaxRows = 32;
 // 16 / 128 tokens took 0.955 / 0.981x the time of 64x128 s8 (docs/results/2026-11-28-v51-h200-bf16-
 // decode-configs.csv); on the H100 (v9) Mixtral down 16 0.973-0.985x.
 constexpr TileChoice kHopperSmallWide = {{64, 256, 64}, 5, 1, 1};
+// The same wide tile on the static scheduler for few large groups with long K (v54, unfused; at most
+// kBf16SmallByRoundsMaxGroups active, K >= kBf16SmallByRoundsMinK, from kBf16SmallByRoundsMinRows
+// rows): where its rounds of tiles (unit_rounds, a 64x256 round counted as half a 128x256 one) cost
+// at most kBf16SmallByRoundsMaxRatio of the choice's, or kBf16SmallByRoundsMaxRatioSplit where the
+// choice splits its last round (split=tail already recovers part of it); not over tail rows. In
+// turns on the H200 (docs/results/2026-11-28-v54-bf16-small-by-rounds-*.csv; fresh routings of
+// Mixtral-8x7B / 8x22B, DBRX and Grok-1 down GEMMs, K = 10752-32768, 384-4096 tokens, 81 launches):
+// at a model ratio of 0.75-0.833 over single CTAs or pairs, 64x256 took 0.798-0.935x the time (31
+// launches); at 0.875-0.96 0.90-1.09x, at 1.0 1.01-1.15x. Over split choices the model reads low:
+// 0.667 measured 0.833-0.863x (3), 0.75 0.948 / 0.996x, 0.833 0.994-1.087x. With K of 4096-6144 (the
+// up GEMMs) it lost at every ratio (0.821: 0.991x, 0.857: 1.010x, 0.906: 1.035x). Fitted there, the
+// rule took 64x256 on 31 launches (0.798-0.935x); on 36 launches at unseen token counts it took it on
+// 30, at 0.779-0.937x (geomean 0.87), and on none of the 6 where 64x256 was slower (1.004-1.246x).
+constexpr long long kBf16SmallByRoundsMaxGroups = 16;
+constexpr int kBf16SmallByRoundsMinK = 10240;
+constexpr double kBf16SmallByRoundsMinRows = 128;
+constexpr double kBf16SmallByRoundsMaxRatio = 0.85;
+constexpr double kBf16SmallByRoundsMaxRatioSplit = 0.70;
 // Not where half the rows or more sit in groups of over 128 rows (hot_groups_dominate), whatever
 // the mean: under skewed routing (bench_suite ROUTING=skewed: hot experts beside many small ones) the mean at 1024 tokens
 // is ~37 rows, but the hot groups hold 51-55% of the rows, and 128x256 took 0.94-0.95x the time of
@@ -1107,6 +1125,23 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
         if (r > 0) odd += m_tiles_of(r, spec.tile.m, true) % 2;
       if (odd * kEvenPairShareInverse <= active) spec.cluster_n = 1, spec.cluster_m = 2;
     }
+  }
+  // Few large groups with long K: 64x256 on the static scheduler where its rounds cost less
+  // (kBf16SmallByRoundsMaxRatio).
+  if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && !spec.fusion.any() && spec.tail == 0 &&
+      !problem.group_rows.empty() && active <= kBf16SmallByRoundsMaxGroups && problem.k >= kBf16SmallByRoundsMinK &&
+      mean_rows >= kBf16SmallByRoundsMinRows) {
+    auto tile_rounds_cost = [&](const KernelSpec& s) {
+      return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.m * s.tile.n /
+             (kHopperLarge.tile.m * kHopperLarge.tile.n);
+    };
+    KernelSpec small = with_tile(spec, kHopperSmallWide);
+    small.scheduler = Scheduler::static_persistent;
+    small.cluster_m = small.cluster_n = 1;
+    small.pair_order = PairOrder::plain;
+    small.split = SplitK::none;
+    const double bound = spec.split == SplitK::tail ? kBf16SmallByRoundsMaxRatioSplit : kBf16SmallByRoundsMaxRatio;
+    if (tile_rounds_cost(small) <= bound * tile_rounds_cost(spec)) spec = small;
   }
   // The mixed order under skew (kMixHeavyRows above): from the host's counts or the caller's expected
   // ones (a typical routing never has two classes).
