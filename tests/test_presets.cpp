@@ -126,7 +126,7 @@ Expected what_the_layer_requests(const ModelPreset& p, const Arch& arch, int sms
             try {
               KernelSpec spec = rt->choose_spec(args);
               // split=tail depends on the exact tile count: a layer may request either twin.
-              for (const KernelSpec& s : routing_variants(spec, args.n, args.k, tokens)) add(e.gemms, s);
+              for (const KernelSpec& s : routing_variants(spec, args.n, args.k, tokens, args.num_groups)) add(e.gemms, s);
               if (!up && down_f.scatter_c) {
                 CombineArgs c;
                 c.num_tokens = tokens;

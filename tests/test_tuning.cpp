@@ -851,6 +851,33 @@ TEST_CASE("FP8 mixed tile order under skew: 30-90% of the tiles heavy, 60% unfus
   for (const KernelSpec& s : variants) CHECK_NOTHROW(s.validate());
 }
 
+TEST_CASE("routing variants: the 64x256 static twin of few large groups' 128-row launches (v54)", "[tuning][heuristic]") {
+  auto has_small_static = [](const std::vector<KernelSpec>& variants) {
+    return std::any_of(variants.begin(), variants.end(), [](const KernelSpec& s) {
+      return s.tile.m == 64 && s.tile.n == 256 && s.scheduler == Scheduler::static_persistent && s.cluster_m == 1;
+    });
+  };
+  const KernelSpec fp8 = KernelSpec::parse("family=hopper,arch=sm_90a,a=e4m3,b=e4m3,tile=128x256x128,stages=4,cluster=2x1,sched=static");
+  CHECK(has_small_static(routing_variants(fp8, 4096, 14336, 1024, 8)));
+  CHECK(has_small_static(routing_variants(fp8, 4096, 14336, 1024)));  // groups not known
+  CHECK_FALSE(has_small_static(routing_variants(fp8, 7168, 2048, 4096, 256)));
+  const KernelSpec bf16 = KernelSpec::parse("family=hopper,arch=sm_90a,a=bf16,b=bf16,tile=128x256x64,stages=4,cluster=2x1,sched=dynamic");
+  CHECK(has_small_static(routing_variants(bf16, 4096, 14336, 1024, 8)));
+  CHECK_FALSE(has_small_static(routing_variants(bf16, 28672, 4096, 1024, 8)));  // K under 10240
+  KernelSpec fused = bf16;
+  fused.fusion = KernelSpec::parse("fuse=scatter+weight").fusion;
+  CHECK_FALSE(has_small_static(routing_variants(fused, 4096, 14336, 1024, 8)));
+  // Whatever the routing picks among these, prewarm has built it: the rule's choice on host counts is one of them.
+  std::vector<int> rows = {196, 168, 163, 174, 174, 183, 177, 173};
+  GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 32768, 6144, 1408, rows};
+  const KernelSpec on_counts = choose_spec(p, kHopper, 132);
+  GemmProblem expected = p;
+  expected.group_rows = {};
+  const auto variants = routing_variants(choose_spec(expected, kHopper, 132), 32768, 6144, 1408, 8);
+  CHECK(std::find(variants.begin(), variants.end(), on_counts) != variants.end());
+  for (const KernelSpec& s : variants) CHECK_NOTHROW(s.validate());
+}
+
 TEST_CASE("4-bit prefill: tile bands where a group's A outgrows L2 (v43)", "[tuning][heuristic]") {
   auto band = [](const std::vector<int>& rows, int n, int k, DType b, const char* fuse = "") {
     long long total = 0;

@@ -228,7 +228,7 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
       KernelSpec spec = rt->choose_spec(call.args);
       // Another routing may pick the spec's split=tail twin, tail rows or not, the other CTA pair, or
       // (a group holds at most every token) a skewed routing's twins (heuristics/config.hpp).
-      for (const KernelSpec& s : routing_variants(spec, call.args.n, call.args.k, tokens))
+      for (const KernelSpec& s : routing_variants(spec, call.args.n, call.args.k, tokens, call.args.num_groups))
         if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
       return std::optional<KernelSpec>(spec);
     } catch (const SpecError& e) {

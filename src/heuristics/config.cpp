@@ -666,11 +666,35 @@ SplitTailPlan plan_split_tail(const KernelSpec& spec, long long tiles, long long
   return plan_split_tail(tiles, ctas, (k + spec.tile.k - 1) / spec.tile.k, split_tail_limits(spec));
 }
 
-std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k, long long max_group_rows) {
+std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k, long long max_group_rows,
+                                         long long num_groups) {
   std::vector<KernelSpec> out = {chosen};
   auto add = [&](const KernelSpec& s) {
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
   };
+  // Few large groups: 64x256 on the static scheduler where its rounds cost less (kBf16SmallByRounds*,
+  // kFp8SmallByRounds*), which only the host's group sizes tell.
+  const bool few_groups = num_groups == 0 || num_groups <= std::max(kBf16SmallByRoundsMaxGroups, kFp8SmallByRoundsMaxGroups);
+  if (few_groups && chosen.family == KernelFamily::hopper && chosen.tile.m == 128 && !chosen.fusion.any() &&
+      !chosen.is_weight_only_4bit()) {
+    const bool sixteen_bit = (chosen.a == DType::bf16 || chosen.a == DType::f16) && k >= kBf16SmallByRoundsMinK;
+    const bool fp8 = chosen.a == DType::e4m3 && chosen.c != DType::e4m3 && chosen.b_scales == ScaleB::blocks;
+    if (sixteen_bit || fp8) {
+      KernelSpec small = with_tile(chosen, sixteen_bit ? kHopperSmallWide : kFp8Small);
+      small.scheduler = Scheduler::static_persistent;
+      small.cluster_m = small.cluster_n = 1;
+      small.pair_order = PairOrder::plain;
+      small.split = SplitK::none;
+      small.tail = 0;
+      small.mix = 0;
+      small.band = 0;
+      try {
+        small.validate();
+        add(small);
+      } catch (const SpecError&) {
+      }
+    }
+  }
   if (may_split_tail(chosen, k)) {
     KernelSpec twin = chosen;
     twin.split = chosen.split == SplitK::tail ? SplitK::none : SplitK::tail;
