@@ -127,6 +127,13 @@ Expected what_the_layer_requests(const ModelPreset& p, const Arch& arch, int sms
               KernelSpec spec = rt->choose_spec(args);
               // split=tail depends on the exact tile count: a layer may request either twin.
               for (const KernelSpec& s : routing_variants(spec, args.n, args.k, tokens, args.num_groups)) add(e.gemms, s);
+              if (args.num_groups <= kFewLargeGroupsMax) {  // and on a typical routing (the few-groups rules)
+                GroupedGemmArgs typical = args;
+                typical.host_groups = {};
+                typical.expected_rows = (long long)tokens * p.topk;
+                for (const KernelSpec& s : routing_variants(rt->choose_spec(typical), args.n, args.k, tokens, args.num_groups))
+                  add(e.gemms, s);
+              }
               if (!up && down_f.scatter_c) {
                 CombineArgs c;
                 c.num_tokens = tokens;

@@ -230,6 +230,15 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
       // (a group holds at most every token) a skewed routing's twins (heuristics/config.hpp).
       for (const KernelSpec& s : routing_variants(spec, call.args.n, call.args.k, tokens, call.args.num_groups))
         if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
+      // The few-large-groups rules (64x256 static) read the exact group sizes, for which these balanced
+      // counts stand in: also the choice on a typical routing, which they leave to the other rules.
+      if (call.args.num_groups <= kFewLargeGroupsMax) {
+        GroupedGemmArgs typical = call.args;
+        typical.host_groups = {};
+        typical.expected_rows = (long long)tokens * p.topk;
+        for (const KernelSpec& s : routing_variants(rt->choose_spec(typical), call.args.n, call.args.k, tokens, call.args.num_groups))
+          if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
+      }
       return std::optional<KernelSpec>(spec);
     } catch (const SpecError& e) {
       std::string line = fmt::format("{}: {}", gemm == LayerGemm::up ? "up" : "down", e.what());

@@ -40,11 +40,14 @@ constexpr double kHopperSmallMaxRows = 32;
 // 16 / 128 tokens took 0.955 / 0.981x the time of 64x128 s8 (docs/results/2026-11-28-v51-h200-bf16-
 // decode-configs.csv); on the H100 (v9) Mixtral down 16 0.973-0.985x.
 constexpr TileChoice kHopperSmallWide = {{64, 256, 64}, 5, 1, 1};
-// The same wide tile on the static scheduler for few large groups with long K (v54, unfused; at most
+// The same wide tile on the static scheduler for few large groups with long K (v54, unfused or a layer's
+// GEMM2 (Fusion::linear_scatter); at most
 // kBf16SmallByRoundsMaxGroups active, K >= kBf16SmallByRoundsMinK, from kBf16SmallByRoundsMinRows
 // rows): where its rounds of tiles (unit_rounds, a 64x256 round counted as half a 128x256 one) cost
 // at most kBf16SmallByRoundsMaxRatio of the choice's, or kBf16SmallByRoundsMaxRatioSplit where the
-// choice splits its last round (split=tail already recovers part of it); not over tail rows. In
+// choice splits its last round (split=tail already recovers part of it); not over tail rows, and only
+// from the host's group sizes (as split=tail's plan: prewarm, which sees none, builds the twin through
+// routing_variants). In
 // turns on the H200 (docs/results/2026-11-28-v54-bf16-small-by-rounds-*.csv; fresh routings of
 // Mixtral-8x7B / 8x22B, DBRX and Grok-1 down GEMMs, K = 10752-32768, 384-4096 tokens, 81 launches):
 // at a model ratio of 0.75-0.833 over single CTAs or pairs, 64x256 took 0.798-0.935x the time (31
@@ -53,7 +56,9 @@ constexpr TileChoice kHopperSmallWide = {{64, 256, 64}, 5, 1, 1};
 // up GEMMs) it lost at every ratio (0.821: 0.991x, 0.857: 1.010x, 0.906: 1.035x). Fitted there, the
 // rule took 64x256 on 31 launches (0.798-0.935x); on 36 launches at unseen token counts it took it on
 // 30, at 0.779-0.937x (geomean 0.87), and on none of the 6 where 64x256 was slower (1.004-1.246x).
-constexpr long long kBf16SmallByRoundsMaxGroups = 16;
+// As a layer's GEMM2 (scatter + weight; Mixtral-8x7B / 8x22B down, 576-2048 tokens) the same test
+// picks 9 of 20 launches, at 0.823-0.972x, and none of the 9 slower ones (1.010-1.027x).
+constexpr long long kBf16SmallByRoundsMaxGroups = kFewLargeGroupsMax;
 constexpr int kBf16SmallByRoundsMinK = 10240;
 constexpr double kBf16SmallByRoundsMinRows = 128;
 constexpr double kBf16SmallByRoundsMaxRatio = 0.85;
@@ -297,11 +302,13 @@ constexpr double kFp8ShortPairMinRows = 144;
 // left the other 10, where 128x192 pairs measured 1.008-1.134x. The suite's DeepSeek-V3 up (128x256
 // pairs) reads 1.02-1.04 on random routings: unchanged.
 constexpr double kFp8PairTileMaxRatio = 0.97;
-// Few large groups (v54): unfused, at most kFp8SmallByRoundsMaxGroups active groups of at least
+// Few large groups (v54): unfused or a layer's GEMM2 (linear_scatter), at most kFp8SmallByRoundsMaxGroups
+// active groups of at least
 // kFp8SmallByRoundsMinRows rows on average, 64x256 on the static scheduler where its rounds of tiles
 // cost at most kFp8SmallByRoundsMaxRatio of the choice above's (rounds as unit_rounds counts them, in
 // 128x256 rounds; a 64x256 round costs kFp8SmallTileCost x 0.5 of one): where the groups' last
-// 128-row M tiles are short, the 64-row tiles fill the rounds the 128-row ones half waste. In turns
+// 128-row M tiles are short, the 64-row tiles fill the rounds the 128-row ones half waste. Only from the
+// host's group sizes, as the bf16 rule (kBf16SmallByRoundsMaxRatio). In turns
 // on the H200 (docs/results/2026-11-28-v54-fp8-small-by-rounds-*.csv; fresh routings):
 // - fitted on Mixtral-8x7B / 8x22B up and down at 576-2048 tokens (40 launches) with a bound of 0.93:
 //   it took 64x256 on 19, at 0.838-0.985x the time of the old choice (geomean 0.920), and left the 21
@@ -312,13 +319,16 @@ constexpr double kFp8PairTileMaxRatio = 0.97;
 // - over all 112, the launches the model puts at 0.93-0.95 measured 0.864-1.000x (11), at 0.95-0.97
 //   0.951-1.006x: so 0.95. That takes the suite's Mixtral down 4096 too (the tuner's 0.902-0.940x).
 //   On 56 more (Mixtral at 2560-6144 tokens, DBRX and Grok-1 at 640-4096) it took 64x256 on 4 more, at
-//   0.933-0.986x. Over the 168 launches: 45 changed, 0.838-1.000x, geomean 0.935.
+//   0.933-0.986x. Over the 168 launches: 45 changed, 0.838-1.000x, geomean 0.935. As a layer's GEMM2
+//   (scatter + weight; Mixtral down, 576-2048 tokens) it picks 13 of 20, at 0.877-0.977x, and none of
+//   the 7 slower ones (1.004-1.117x).
 // Many groups are left out: there the tuner found the choice above within 5% of the best and 64x256
 // not the best (v53 section 6).
 constexpr double kFp8SmallTileCost = 1.05;
 constexpr double kFp8SmallByRoundsMaxRatio = 0.95;
-constexpr long long kFp8SmallByRoundsMaxGroups = 16;
+constexpr long long kFp8SmallByRoundsMaxGroups = kFewLargeGroupsMax;
 constexpr double kFp8SmallByRoundsMinRows = 96;
+constexpr int kFp8SmallByRoundsMinK = 4096;  // measured from 4096 (Mixtral-8x7B up) to 32768 (Grok-1 down)
 // Measured from 384 rows per expert; below 256 (groups of one M tile, whose pairs split N and share
 // nothing, or the short-launch pairs above, which measured 128x256) the pairs keep 128x256.
 constexpr double kFp8PairTileMinRows = 256;
@@ -674,11 +684,12 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
   };
   // Few large groups: 64x256 on the static scheduler where its rounds cost less (kBf16SmallByRounds*,
   // kFp8SmallByRounds*), which only the host's group sizes tell.
-  const bool few_groups = num_groups == 0 || num_groups <= std::max(kBf16SmallByRoundsMaxGroups, kFp8SmallByRoundsMaxGroups);
-  if (few_groups && chosen.family == KernelFamily::hopper && chosen.tile.m == 128 && !chosen.fusion.any() &&
-      !chosen.is_weight_only_4bit()) {
+  const bool few_groups = num_groups == 0 || num_groups <= kFewLargeGroupsMax;
+  if (few_groups && chosen.family == KernelFamily::hopper && chosen.tile.m == 128 &&
+      (!chosen.fusion.any() || chosen.fusion.linear_scatter()) && !chosen.is_weight_only_4bit()) {
     const bool sixteen_bit = (chosen.a == DType::bf16 || chosen.a == DType::f16) && k >= kBf16SmallByRoundsMinK;
-    const bool fp8 = chosen.a == DType::e4m3 && chosen.c != DType::e4m3 && chosen.b_scales == ScaleB::blocks;
+    const bool fp8 = chosen.a == DType::e4m3 && chosen.c != DType::e4m3 && chosen.b_scales == ScaleB::blocks &&
+                     k >= kFp8SmallByRoundsMinK;
     if (sixteen_bit || fp8) {
       KernelSpec small = with_tile(chosen, sixteen_bit ? kHopperSmallWide : kFp8Small);
       small.scheduler = Scheduler::static_persistent;
@@ -991,8 +1002,10 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       if (rounds_cost(wide) <= kFp8PairTileMaxRatio * rounds_cost(spec)) spec = wide;
     }
     // Few large groups: 64x256 static where its rounds cost less (kFp8SmallByRoundsMaxRatio above).
-    if (pairable && !problem.group_rows.empty() && mean_rows >= kFp8SmallByRoundsMinRows &&
-        active <= kFp8SmallByRoundsMaxGroups) {
+    const bool small_fusion_ok = pairable || (spec.fusion.linear_scatter() && spec.c != DType::e4m3 &&
+                                               spec.b_scales == ScaleB::blocks);
+    if (small_fusion_ok && !problem.group_rows_estimated && mean_rows >= kFp8SmallByRoundsMinRows &&
+        active <= kFp8SmallByRoundsMaxGroups && problem.k >= kFp8SmallByRoundsMinK) {
       auto tile_rounds_cost = [&](const KernelSpec& s) {
         return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.m * s.tile.n /
                (kFp8Full.tile.m * kFp8Full.tile.n) * (s.tile.m == 64 ? kFp8SmallTileCost : 1.0);
@@ -1152,8 +1165,9 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   }
   // Few large groups with long K: 64x256 on the static scheduler where its rounds cost less
   // (kBf16SmallByRoundsMaxRatio).
-  if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && !spec.fusion.any() && spec.tail == 0 &&
-      !problem.group_rows.empty() && active <= kBf16SmallByRoundsMaxGroups && problem.k >= kBf16SmallByRoundsMinK &&
+  if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile &&
+      (!spec.fusion.any() || spec.fusion.linear_scatter()) && spec.tail == 0 &&
+      !problem.group_rows_estimated && active <= kBf16SmallByRoundsMaxGroups && problem.k >= kBf16SmallByRoundsMinK &&
       mean_rows >= kBf16SmallByRoundsMinRows) {
     auto tile_rounds_cost = [&](const KernelSpec& s) {
       return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.m * s.tile.n /

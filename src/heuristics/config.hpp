@@ -114,10 +114,14 @@ bool weights_evict_first(const KernelSpec& spec, long long num_groups, long long
 // group can hold more than 128 rows (max_group_rows: a layer's token count; 0 = not known), also the
 // twins a skewed routing takes (v43): 128x256 for a 16-bit 64x128 launch (hot_groups_dominate), and
 // a 4-bit prefill tile reading A in order with and without tile bands (where a group's A may reach
-// the bands' 48 MB). With at most 16 groups (num_groups; 0 = not known), an unfused 128-row bf16 launch
-// with K >= 10240, or FP8 one, also comes with its 64x256 static twin (the few-large-groups rules, v54).
+// the bands' 48 MB). With at most 16 groups (num_groups; 0 = not known), a 128-row bf16 launch with
+// K >= 10240, or FP8 one, unfused or a layer's GEMM2 (linear_scatter), also comes with its 64x256 static
+// twin (the few-large-groups rules, v54).
 std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k, long long max_group_rows = 0,
                                          long long num_groups = 0);
+// The most groups the few-large-groups rules (64x256 static, v54) look at; they read the host's exact
+// group sizes, so prewarm also builds the choice on a typical routing where num_groups is at most this.
+inline constexpr int kFewLargeGroupsMax = 16;
 
 }  // namespace moejit
 
