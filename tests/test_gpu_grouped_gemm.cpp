@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <numeric>
 #include <thread>
 
 #include <cuda_runtime.h>
@@ -270,6 +271,40 @@ TEST_CASE("high-level call: picks a config, validates device offsets, is correct
   GroupedGemmArgs args = p.args();
   args.host_groups = {};
   CHECK_THROWS_WITH(runtime().grouped_gemm(args, nullptr), Catch::Contains("not monotonic"));
+}
+
+// v54's few-large-groups rule from the host's counts: 16 groups of 155-169 rows, K = 10240, N = 2048
+// (two rounds of 128x256 tiles, three of 64x256 at half the cost) take 64x256 on the static scheduler
+// through the high-level call, in both layouts; the same sizes without host counts (a typical
+// routing) do not. Random data, output poisoned, against the FP64 reference.
+TEST_CASE("high-level call: few large groups take 64x256 static from host counts (v54) and are correct", "[gpu]") {
+  if (!(runtime().arch().sm() == 90 && runtime().arch().arch_specific)) {
+    WARN("no sm_90a device: the Hopper few-groups rule not tested");
+    return;
+  }
+  std::mt19937 rng(54);
+  std::vector<int> rows;
+  for (int g = 0; g < 16; ++g) rows.push_back(155 + (g * 7) % 21);
+  KernelSpec shape;
+  for (GroupLayout layout : {GroupLayout::contiguous, GroupLayout::masked}) {
+    shape.layout = layout;
+    auto p = make_problem(shape, rows, 2048, 10240, rng);
+    p.poison();
+    const KernelSpec chosen = runtime().choose_spec(p.args());
+    INFO(fmt::format("{}: chose {}", to_text(layout), chosen.to_text()));
+    CHECK((chosen.tile.m == 64 && chosen.tile.n == 256 && chosen.scheduler == Scheduler::static_persistent));
+    runtime().grouped_gemm(p.args(), nullptr);
+    MOEJIT_CU(driver().cuCtxSynchronize());
+    auto r = p.check();
+    CHECK(r.nan_in_groups == 0);
+    CHECK(r.written_outside == 0);
+    CHECK(r.rel_err < 1e-2);
+    GroupedGemmArgs typical = p.args();
+    typical.host_groups = {};
+    typical.trust_device_groups = true;
+    typical.expected_rows = std::accumulate(rows.begin(), rows.end(), 0LL);
+    CHECK(runtime().choose_spec(typical).tile.m == 128);
+  }
 }
 
 TEST_CASE("split=tail: the last round's tiles in pieces of K, half-empty tiles, empty groups, flags reset", "[gpu][split]") {
