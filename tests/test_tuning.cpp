@@ -536,7 +536,12 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
     CHECK(fp8_counts({194, 163, 161, 201, 175, 164, 191, 159}, 4096, 14336) == "128x256 static 2x1");
     // Grok-1 up 1024 tokens (0.923x)
     CHECK(fp8_counts({271, 253, 254, 263, 226, 258, 265, 258}, 65536, 6144) == "64x256 static");
-    // DBRX down 256 tokens, 47-74 rows: under 96 rows (64x256 measured 1.020x)
+    // Jamba-shaped down (16 experts, K = 14336) at 768 / 1024 tokens: 96 rows, under the floor of 112
+    // (64x256 1.061x the best 128-row config's time), and 128 rows (0.799x)
+    CHECK(fp8_counts({110, 91, 91, 105, 101, 78, 99, 110, 80, 88, 96, 94, 107, 91, 94, 101}, 4096, 14336) != "64x256 static");
+    CHECK(fp8_counts({127, 142, 130, 122, 134, 109, 119, 143, 121, 137, 116, 114, 132, 135, 131, 136}, 4096, 14336) ==
+          "64x256 static");
+    // DBRX down 256 tokens, 47-74 rows: under the floor (64x256 measured 1.020x)
     CHECK(fp8_counts({72, 67, 68, 66, 74, 61, 74, 69, 65, 67, 66, 56, 49, 65, 58, 47}, 6144, 10752) != "64x256 static");
     // The same rows over 32 groups: many groups are left to the rules above
     std::vector<int> many(32, 180);

@@ -303,8 +303,8 @@ constexpr double kFp8ShortPairMinRows = 144;
 // pairs) reads 1.02-1.04 on random routings: unchanged.
 constexpr double kFp8PairTileMaxRatio = 0.97;
 // Few large groups (v54): unfused or a layer's GEMM2 (linear_scatter), at most kFp8SmallByRoundsMaxGroups
-// active groups of at least
-// kFp8SmallByRoundsMinRows rows on average, 64x256 on the static scheduler where its rounds of tiles
+// active groups of at least kFp8SmallByRoundsMinRows rows on average, K >= kFp8SmallByRoundsMinK:
+// 64x256 on the static scheduler where its rounds of tiles
 // cost at most kFp8SmallByRoundsMaxRatio of the choice above's (rounds as unit_rounds counts them, in
 // 128x256 rounds; a 64x256 round costs kFp8SmallTileCost x 0.5 of one): where the groups' last
 // 128-row M tiles are short, the 64-row tiles fill the rounds the 128-row ones half waste. Only from the
@@ -322,12 +322,17 @@ constexpr double kFp8PairTileMaxRatio = 0.97;
 //   0.933-0.986x. Over the 168 launches: 45 changed, 0.838-1.000x, geomean 0.935. As a layer's GEMM2
 //   (scatter + weight; Mixtral down, 576-2048 tokens) it picks 13 of 20, at 0.877-0.977x, and none of
 //   the 7 slower ones (1.004-1.117x).
+// - Unseen 16-expert shapes (Phi-3.5-MoE: K = 4096 / 6400; Jamba: 4096 / 14336; 768-2560 tokens, call
+//   14) against the best of 128x256 2x1 static, 128x256 and 128x192 dynamic: where it takes 64x256,
+//   0.799-1.004x, but 1.059 / 1.061x at 96 rows (hence the floor of 112).
 // Many groups are left out: there the tuner found the choice above within 5% of the best and 64x256
 // not the best (v53 section 6).
 constexpr double kFp8SmallTileCost = 1.05;
 constexpr double kFp8SmallByRoundsMaxRatio = 0.95;
 constexpr long long kFp8SmallByRoundsMaxGroups = kFewLargeGroupsMax;
-constexpr double kFp8SmallByRoundsMinRows = 96;
+// From 112 rows: at 96 (Phi-3.5-MoE / Jamba-shaped down GEMMs at 768 tokens, call 14) 64x256 took 1.06x
+// the best 128-row config's time (Mixtral-8x7B down 384, also 96 rows: 0.970x).
+constexpr double kFp8SmallByRoundsMinRows = 112;
 constexpr int kFp8SmallByRoundsMinK = 4096;  // measured from 4096 (Mixtral-8x7B up) to 32768 (Grok-1 down)
 // Measured from 384 rows per expert; below 256 (groups of one M tile, whose pairs split N and share
 // nothing, or the short-launch pairs above, which measured 128x256) the pairs keep 128x256.
