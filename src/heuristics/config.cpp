@@ -319,7 +319,7 @@ constexpr double kFp8PairTileMaxRatio = 0.97;
 // - over all 112, the launches the model puts at 0.93-0.95 measured 0.864-1.000x (11), at 0.95-0.97
 //   0.951-1.006x: so 0.95. That takes the suite's Mixtral down 4096 too (the tuner's 0.902-0.940x).
 //   On 56 more (Mixtral at 2560-6144 tokens, DBRX and Grok-1 at 640-4096) it took 64x256 on 4 more, at
-//   0.933-0.986x. Over the 168 launches: 45 changed, 0.838-1.000x, geomean 0.935. As a layer's GEMM2
+//   0.933-0.986x. Over the 168 launches: 44 changed (from 112 rows), 0.838-1.000x, geomean 0.934. As a layer's GEMM2
 //   (scatter + weight; Mixtral down, 576-2048 tokens) it picks 13 of 20, at 0.877-0.977x, and none of
 //   the 7 slower ones (1.004-1.117x).
 // - Unseen 16-expert shapes (Phi-3.5-MoE: K = 4096 / 6400; Jamba: 4096 / 14336; 768-2560 tokens, call
