@@ -609,6 +609,28 @@ KernelSpec with_tile(KernelSpec spec, const TileChoice& t) {
   return spec;
 }
 
+// The few-large-groups rules' alternative to `spec` (kBf16SmallByRounds*, kFp8SmallByRounds*): tile
+// `t` (64x256) on single CTAs and the static scheduler, in plain order, without split, tail rows,
+// mixed order or bands.
+KernelSpec few_groups_twin(const KernelSpec& spec, const TileChoice& t) {
+  KernelSpec small = with_tile(spec, t);
+  small.scheduler = Scheduler::static_persistent;
+  small.cluster_m = small.cluster_n = 1;
+  small.pair_order = PairOrder::plain;
+  small.split = SplitK::none;
+  small.tail = 0;
+  small.mix = 0;
+  small.band = 0;
+  return small;
+}
+
+// Rounds of `s`'s units over the host's group sizes in 128x256-round equivalents (the few-groups
+// rules' cost), a 64-row tile's weighted by small_tile_cost.
+double tile_rounds_cost(const KernelSpec& s, const GemmProblem& problem, int sm_count, double small_tile_cost) {
+  return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.m * s.tile.n /
+         (kHopperLarge.tile.m * kHopperLarge.tile.n) * (s.tile.m == 64 ? small_tile_cost : 1.0);
+}
+
 }  // namespace
 
 // The last round's R tiles are cut into S <= ctas / R pieces, so it takes 1/S of a tile's time.
@@ -696,14 +718,7 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
     const bool fp8 = chosen.a == DType::e4m3 && chosen.c != DType::e4m3 && chosen.b_scales == ScaleB::blocks &&
                      k >= kFp8SmallByRoundsMinK;
     if (sixteen_bit || fp8) {
-      KernelSpec small = with_tile(chosen, sixteen_bit ? kHopperSmallWide : kFp8Small);
-      small.scheduler = Scheduler::static_persistent;
-      small.cluster_m = small.cluster_n = 1;
-      small.pair_order = PairOrder::plain;
-      small.split = SplitK::none;
-      small.tail = 0;
-      small.mix = 0;
-      small.band = 0;
+      const KernelSpec small = few_groups_twin(chosen, sixteen_bit ? kHopperSmallWide : kFp8Small);
       try {
         small.validate();
         add(small);
@@ -1011,15 +1026,10 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
                                                spec.b_scales == ScaleB::blocks);
     if (small_fusion_ok && !problem.group_rows_estimated && mean_rows >= kFp8SmallByRoundsMinRows &&
         active <= kFp8SmallByRoundsMaxGroups && problem.k >= kFp8SmallByRoundsMinK) {
-      auto tile_rounds_cost = [&](const KernelSpec& s) {
-        return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.m * s.tile.n /
-               (kFp8Full.tile.m * kFp8Full.tile.n) * (s.tile.m == 64 ? kFp8SmallTileCost : 1.0);
-      };
-      KernelSpec small = with_tile(spec, kFp8Small);
-      small.scheduler = Scheduler::static_persistent;
-      small.cluster_m = 1;
-      small.pair_order = PairOrder::plain;
-      if (tile_rounds_cost(small) <= kFp8SmallByRoundsMaxRatio * tile_rounds_cost(spec)) spec = small;
+      const KernelSpec small = few_groups_twin(spec, kFp8Small);
+      if (tile_rounds_cost(small, problem, sm_count, kFp8SmallTileCost) <=
+          kFp8SmallByRoundsMaxRatio * tile_rounds_cost(spec, problem, sm_count, kFp8SmallTileCost))
+        spec = small;
     }
     // Gathered A: the gathering producer warpgroup needs 56 registers beside the dynamic scheduler's
     // ring (v30), and the 128x192 / 128x256 consumers spill at the 216 that leaves (40 and 232 with
@@ -1174,17 +1184,10 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       (!spec.fusion.any() || spec.fusion.linear_scatter()) && spec.tail == 0 &&
       !problem.group_rows_estimated && active <= kBf16SmallByRoundsMaxGroups && problem.k >= kBf16SmallByRoundsMinK &&
       mean_rows >= kBf16SmallByRoundsMinRows) {
-    auto tile_rounds_cost = [&](const KernelSpec& s) {
-      return double(unit_rounds(s, problem.group_rows, problem.n, sm_count, false)) * s.tile.m * s.tile.n /
-             (kHopperLarge.tile.m * kHopperLarge.tile.n);
-    };
-    KernelSpec small = with_tile(spec, kHopperSmallWide);
-    small.scheduler = Scheduler::static_persistent;
-    small.cluster_m = small.cluster_n = 1;
-    small.pair_order = PairOrder::plain;
-    small.split = SplitK::none;
+    const KernelSpec small = few_groups_twin(spec, kHopperSmallWide);
     const double bound = spec.split == SplitK::tail ? kBf16SmallByRoundsMaxRatioSplit : kBf16SmallByRoundsMaxRatio;
-    if (tile_rounds_cost(small) <= bound * tile_rounds_cost(spec)) spec = small;
+    if (tile_rounds_cost(small, problem, sm_count, 1.0) <= bound * tile_rounds_cost(spec, problem, sm_count, 1.0))
+      spec = small;
   }
   // The mixed order under skew (kMixHeavyRows above): from the host's counts or the caller's expected
   // ones (a typical routing never has two classes).
