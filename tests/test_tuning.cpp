@@ -137,6 +137,16 @@ TEST_CASE("shape buckets: rounding, text round trip, rejects other text", "[tuni
   CHECK(both.to_text().ends_with(",hot,mixed"));
   CHECK(ShapeBucket::parse(both.to_text()) == both);
   CHECK_FALSE(ShapeBucket::parse("layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,mixed,hot"));
+  // Few large groups whose sizes may take the 64x256 tile (v54): ",few", after ",mixed".
+  auto few = ShapeBucket::of(GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 32768, 6144, 1408, 8, std::nullopt,
+                             false, false, true);
+  CHECK(few.to_text() == "layout=contiguous,ab=e4m3,c=bf16,groups=8,n=32768,k=6144,rows<=256,active<=8,few");
+  CHECK(ShapeBucket::parse(few.to_text()) == few);
+  CHECK_FALSE(ShapeBucket::of(GroupLayout::contiguous, DType::e4m3, DType::bf16, 8, 32768, 6144, 1408, 8) == few);
+  auto all3 = ShapeBucket::of(GroupLayout::masked, DType::bf16, DType::bf16, 8, 4096, 14336, 512, 8, std::nullopt, true, true, true);
+  CHECK(all3.to_text().ends_with(",hot,mixed,few"));
+  CHECK(ShapeBucket::parse(all3.to_text()) == all3);
+  CHECK_FALSE(ShapeBucket::parse("layout=masked,ab=bf16,c=bf16,groups=1,n=8,k=8,rows<=1,active<=1,few,hot"));
   // 20 groups of 7 M tiles beside 200 of 1 (41% heavy), and the like.
   CHECK(mixed_order_pays(7168, 2048, MixClasses{140, 200, 20, 200}));
   CHECK_FALSE(mixed_order_pays(7168, 2048, MixClasses{0, 340, 0, 256}));    // random routing: no hot group
@@ -858,6 +868,36 @@ TEST_CASE("FP8 mixed tile order under skew: 30-90% of the tiles heavy, 60% unfus
   auto variants = routing_variants(fp8, 7168, 2048, 4096);
   CHECK(std::any_of(variants.begin(), variants.end(), [](const KernelSpec& s) { return s.mix == 256; }));
   for (const KernelSpec& s : variants) CHECK_NOTHROW(s.validate());
+}
+
+TEST_CASE("shape buckets: the few-groups flag follows the rules' verdict on measured launches (v54)", "[tuning][heuristic]") {
+  // The flag judges against plain 128x256 tiles; choose_spec against its own choice. On the measured
+  // launches below both say the same.
+  auto verdicts = [](std::vector<int> rows, DType ab, int n, int k, const char* fuse = "") {
+    long long total = 0, m128 = 0, m64 = 0, active = 0;
+    for (int r : rows) total += r, m128 += (r + 127) / 128, m64 += (r + 63) / 64, active += r > 0;
+    const Fusion fusion = *fuse ? KernelSpec::parse(fuse).fusion : Fusion{};
+    const bool flag = few_groups_small_tile_may_pay(ab, DType::bf16, n, k, fusion, ScaleB::blocks, active, total, m128, m64, 132);
+    GemmProblem p{GroupLayout::contiguous, ab, DType::bf16, (int)rows.size(), n, k, total, rows};
+    p.fusion = fusion;
+    const KernelSpec s = choose_spec(p, kHopper, 132);
+    return std::pair{flag, s.tile.m == 64 && s.scheduler == Scheduler::static_persistent};
+  };
+  for (auto [rows, ab, n, k] : {
+           std::tuple{std::vector<int>{196, 168, 163, 174, 174, 183, 177, 173}, DType::e4m3, 32768, 6144},  // 8x22B up 704: 0.838x
+           std::tuple{std::vector<int>{194, 163, 161, 201, 175, 164, 191, 159}, DType::e4m3, 4096, 14336},  // 8x7B down 704: 1.112x
+           std::tuple{std::vector<int>{271, 253, 254, 263, 226, 258, 265, 258}, DType::e4m3, 65536, 6144},  // Grok-1 up 1024: 0.923x
+           std::tuple{std::vector<int>{194, 163, 161, 201, 175, 164, 191, 159}, DType::bf16, 4096, 14336},  // bf16 8x7B down 704: pairs
+           std::tuple{std::vector<int>(8, 160), DType::bf16, 4096, 14336},                                  // bf16 8x7B down 640: 0.82x
+           std::tuple{std::vector<int>(8, 160), DType::bf16, 28672, 4096}}) {                               // bf16 up, K = 4096: no
+    INFO(to_text(ab) << " n " << n << " k " << k << " rows " << rows[0]);
+    auto [flag, small] = verdicts(rows, ab, n, k);
+    CHECK(flag == small);
+  }
+  // A layer's GEMM1 (gather, activation): no flag; many groups: no flag.
+  CHECK_FALSE(verdicts(std::vector<int>(8, 160), DType::bf16, 4096, 14336, "fuse=gather,act=silu").first);
+  CHECK_FALSE(verdicts(std::vector<int>(32, 160), DType::bf16, 4096, 14336).first);
+  CHECK(verdicts(std::vector<int>(8, 160), DType::bf16, 4096, 14336, "fuse=scatter+weight").first);
 }
 
 TEST_CASE("routing variants: the 64x256 static twin of few large groups' 128-row launches (v54)", "[tuning][heuristic]") {

@@ -793,6 +793,21 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
   return out;
 }
 
+bool few_groups_small_tile_may_pay(DType ab, DType c, int n, int k, const Fusion& fusion, ScaleB b_scales, long long active,
+                                   long long rows, long long m_tiles_128, long long m_tiles_64, int sm_count) {
+  if (active <= 0 || active > kFewLargeGroupsMax || (fusion.any() && !fusion.linear_scatter())) return false;
+  const double mean_rows = (double)rows / (double)active;
+  const bool sixteen_bit = (ab == DType::bf16 || ab == DType::f16) && k >= kBf16SmallByRoundsMinK &&
+                           mean_rows >= kBf16SmallByRoundsMinRows;
+  const bool fp8 = ab == DType::e4m3 && c != DType::e4m3 && b_scales == ScaleB::blocks && k >= kFp8SmallByRoundsMinK &&
+                   mean_rows >= kFp8SmallByRoundsMinRows;
+  if (!sixteen_bit && !fp8) return false;
+  const long long n_tiles = (n + 255) / 256, sms = std::max(sm_count, 1);
+  const double rounds_128 = (double)((m_tiles_128 * n_tiles + sms - 1) / sms);
+  const double rounds_64 = (double)((m_tiles_64 * n_tiles + sms - 1) / sms) * 0.5 * (fp8 ? kFp8SmallTileCost : 1.0);
+  return rounds_64 <= (fp8 ? kFp8SmallByRoundsMaxRatio : kBf16SmallByRoundsMaxRatio) * rounds_128;
+}
+
 namespace {
 // Whether an FP8 tile can write C quantized (c=e4m3): each consumer's output slice whole 128-column
 // blocks, or 64x256 s4 with a GLU (two paired 64-column halves; KernelSpec::validate).

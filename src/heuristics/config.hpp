@@ -122,6 +122,13 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
 // The most groups the few-large-groups rules (64x256 static, v54) look at; they read the host's exact
 // group sizes, so prewarm also builds the choice on a typical routing where num_groups is at most this.
 inline constexpr int kFewLargeGroupsMax = 16;
+// Whether a launch's exact group sizes put it where those rules can take 64x256: their conditions, and
+// its rounds against plain 128x256 tiles' at their bound (bf16/f16 or FP8 A/B; m_tiles_128 / _64 are
+// the groups' M tiles at 128 / 64 rows). The shape bucket's flag (",few", tuning.hpp): a bucket keeps
+// the kernel its first problem chose, so routings the rules decide differently get buckets of their own.
+// One pass's sums, no allocation (the high-level call computes it on every call).
+bool few_groups_small_tile_may_pay(DType ab, DType c, int n, int k, const Fusion& fusion, ScaleB b_scales, long long active,
+                                   long long rows, long long m_tiles_128, long long m_tiles_64, int sm_count);
 
 }  // namespace moejit
 

@@ -52,10 +52,10 @@ constexpr TileConfig kPortableTiles[] = {
 }  // namespace
 
 std::string ShapeBucket::to_text() const {
-  std::string out = fmt::format("layout={},ab={},c={},groups={},n={},k={},rows<={},active<={}{}{}{}{}", moejit::to_text(layout),
+  std::string out = fmt::format("layout={},ab={},c={},groups={},n={},k={},rows<={},active<={}{}{}{}{}{}", moejit::to_text(layout),
                                 moejit::to_text(ab_type), moejit::to_text(c_type), num_groups, n, k, 1ll << rows_log2,
-                                1ll << active_log2, hot ? ",hot" : "", mixed ? ",mixed" : "", b_type == ab_type ? "" : ",b=",
-                                b_type == ab_type ? "" : moejit::to_text(b_type));
+                                1ll << active_log2, hot ? ",hot" : "", mixed ? ",mixed" : "", few ? ",few" : "",
+                                b_type == ab_type ? "" : ",b=", b_type == ab_type ? "" : moejit::to_text(b_type));
   if (b_scales != ScaleB::blocks) out += fmt::format(",b_scales={}", moejit::to_text(b_scales));
   if (fusion.any()) {
     out += ',';
@@ -102,6 +102,10 @@ std::optional<ShapeBucket> ShapeBucket::parse(std::string_view text) {
     take("mixed");
     b.mixed = true;
   }
+  if (text == "few" || text.starts_with("few,")) {
+    take("few");
+    b.few = true;
+  }
   b.b_type = b.ab_type;
   if (text.starts_with("b=")) {
     auto b_text = take("b=");
@@ -134,10 +138,11 @@ std::optional<ShapeBucket> ShapeBucket::parse(std::string_view text) {
 }
 
 ShapeBucket ShapeBucket::of(GroupLayout layout, DType ab, DType c, int num_groups, int n, int k, long long rows,
-                            long long active, std::optional<DType> b_type, bool hot, bool mixed) {
+                            long long active, std::optional<DType> b_type, bool hot, bool mixed, bool few) {
   ShapeBucket b;
   b.hot = hot;
   b.mixed = mixed;
+  b.few = few;
   b.layout = layout;
   b.ab_type = ab;
   b.b_type = b_type.value_or(ab);
@@ -159,7 +164,7 @@ std::size_t ShapeBucketHash::operator()(const ShapeBucket& b) const noexcept {
   const Fusion& f = b.fusion;
   y ^= (std::uint64_t)(f.gather_a | f.scatter_c << 1 | f.routing_weight << 2 | f.bias << 3 | f.atomic << 4 |
                        (int)f.glu << 5 | (int)f.activation << 6) << 56;  // gather_by: equality tells buckets apart
-  y ^= (std::uint64_t)b.b_scales << 39 | (std::uint64_t)b.hot << 38 | (std::uint64_t)b.mixed << 37;
+  y ^= (std::uint64_t)b.b_scales << 39 | (std::uint64_t)b.hot << 38 | (std::uint64_t)b.mixed << 37 | (std::uint64_t)b.few << 63;
   x ^= y * 0x9e3779b97f4a7c15ull;
   x ^= x >> 31;
   x *= 0xbf58476d1ce4e5b9ull;

@@ -29,16 +29,19 @@ struct ShapeBucket {
   // mixed_order_pays (config.hpp): hot groups beside small ones at a larger mean, where the
   // heuristic orders the tiles otherwise (text: ",mixed"; 16-bit and FP8 buckets without atomics).
   bool mixed = false;
+  // few_groups_small_tile_may_pay (config.hpp): few large groups whose sizes may take the 64x256 tile
+  // (v54; text: ",few").
+  bool few = false;
   DType b_type = DType::bf16;  // equal to ab_type except for weight-only 4-bit (text: ",b=mxfp4")
   Fusion fusion{};      // fused calls are buckets of their own (text: ",fuse=...,act=..." appended)
   ScaleB b_scales = ScaleB::blocks;  // FP8 per-channel weight scales: their own buckets (text: ",b_scales=channels")
 
   bool operator==(const ShapeBucket&) const = default;
-  std::string to_text() const;  // "layout=contiguous,ab=bf16,c=bf16,groups=128,n=5760,k=2880,rows<=512,active<=128[,hot][,mixed]"
+  std::string to_text() const;  // "layout=contiguous,ab=bf16,c=bf16,groups=128,n=5760,k=2880,rows<=512,active<=128[,hot][,mixed][,few]"
   static std::optional<ShapeBucket> parse(std::string_view text);  // nullopt if not a bucket's text
   // Valid rows and active (non-empty) groups of one problem.
   static ShapeBucket of(GroupLayout layout, DType ab, DType c, int num_groups, int n, int k, long long rows, long long active,
-                        std::optional<DType> b = std::nullopt, bool hot = false, bool mixed = false);
+                        std::optional<DType> b = std::nullopt, bool hot = false, bool mixed = false, bool few = false);
 };
 
 struct ShapeBucketHash {

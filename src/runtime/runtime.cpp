@@ -168,14 +168,17 @@ HostGroups host_groups(const GroupedGemmArgs& args) {
 
 // The shape bucket of a call: valid rows and non-empty groups counted from the host copy, or,
 // when only the device holds them, rows_without_groups over the groups they are expected to fill.
-ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
+ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups, int sm_count) {
   long long rows = 0, active = 0;
   long long rows_in_hot_groups = 0;
+  long long m_tiles_128 = 0, m_tiles_64 = 0;  // few_groups_small_tile_may_pay
   MixClasses classes;  // mixed_order_pays
   auto count = [&](int r) {
     rows += r;
     active += r > 0;
     if (r > kHotGroupRows) rows_in_hot_groups += r;
+    m_tiles_128 += (r + 127) / 128;
+    m_tiles_64 += (r + 63) / 64;
     classes.add(r);
   };
   if (groups.known) {
@@ -188,10 +191,14 @@ ShapeBucket bucket_of(const GroupedGemmArgs& args, const HostGroups& groups) {
   }
   const bool fp8 = args.ab_type == DType::e4m3;
   const bool mixable = args.b_format() == args.ab_type && !args.fusion.atomic;
+  // The few-groups rules read exact sizes only (not expected ones): the flag likewise.
+  const bool few = groups.known && args.b_format() == args.ab_type &&
+                   few_groups_small_tile_may_pay(args.ab_type, args.c_type, args.n, args.k, args.fusion,
+                                                 args.b_scale_layout, active, rows, m_tiles_128, m_tiles_64, sm_count);
   ShapeBucket bucket =
       ShapeBucket::of(args.layout, args.ab_type, args.c_type, args.num_groups, args.n, args.k, rows, active, args.b_type,
                       hot_groups_dominate(rows, active, rows_in_hot_groups),
-                      mixable && mixed_order_pays(args.n, args.k, classes, fp8 && !args.fusion.any()));
+                      mixable && mixed_order_pays(args.n, args.k, classes, fp8 && !args.fusion.any()), few);
   bucket.fusion = args.fusion;
   bucket.b_scales = args.b_scale_layout;
   return bucket;
@@ -554,7 +561,7 @@ std::optional<KernelSpec> Runtime::tuned_spec(const GroupedGemmArgs& args) {
   HostGroups groups;
   if (!args.host_groups.empty() || impl_->has_device) groups = host_groups(args);
   if (groups.known) validate_groups(args, groups.view);
-  return stored_spec(*impl_, bucket_of(args, groups));
+  return stored_spec(*impl_, bucket_of(args, groups, std::max(impl_->sm_count, 1)));
 }
 
 std::string Runtime::tuning_file() const { return impl_->tuning.path(); }
@@ -566,7 +573,7 @@ void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
   impl_->make_current();
   HostGroups groups = host_groups(args);
   if (groups.known) validate_groups(args, groups.view);
-  ShapeBucket bucket = bucket_of(args, groups);
+  ShapeBucket bucket = bucket_of(args, groups, std::max(impl_->sm_count, 1));
   const LoadedKernel* k = nullptr;
   {
     std::shared_lock lock(impl_->hot_mutex);
@@ -612,7 +619,7 @@ TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneO
   impl_->make_current();
   HostGroups groups = host_groups(args);
   if (groups.known) validate_groups(args, groups.view);
-  ShapeBucket bucket = bucket_of(args, groups);
+  ShapeBucket bucket = bucket_of(args, groups, std::max(impl_->sm_count, 1));
   std::vector<int> rows;
   std::vector<KernelSpec> specs = tuning_candidates(problem_of(args, groups, rows), impl_->arch, std::max(impl_->sm_count, 1));
 
