@@ -225,19 +225,21 @@ PrewarmPlan preset_plan(const ModelPreset& p, const Arch& arch, int sm_count) {
   std::vector<DType> combine_inputs;
   auto add_gemm = [&](const LayerGemmCall& call, LayerGemm gemm, int tokens) {
     try {
-      KernelSpec spec = rt->choose_spec(call.args);
       // Another routing may pick the spec's split=tail twin, tail rows or not, the other CTA pair, or
       // (a group holds at most every token) a skewed routing's twins (heuristics/config.hpp).
-      for (const KernelSpec& s : routing_variants(spec, call.args.n, call.args.k, tokens, call.args.num_groups))
-        if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
+      auto add_variants = [&](const KernelSpec& chosen) {
+        for (const KernelSpec& s : routing_variants(chosen, call.args.n, call.args.k, tokens, call.args.num_groups))
+          if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
+      };
+      KernelSpec spec = rt->choose_spec(call.args);
+      add_variants(spec);
       // The few-large-groups rules (64x256 static) read the exact group sizes, for which these balanced
       // counts stand in: also the choice on a typical routing, which they leave to the other rules.
       if (call.args.num_groups <= kFewLargeGroupsMax) {
         GroupedGemmArgs typical = call.args;
         typical.host_groups = {};
         typical.expected_rows = (long long)tokens * p.topk;
-        for (const KernelSpec& s : routing_variants(rt->choose_spec(typical), call.args.n, call.args.k, tokens, call.args.num_groups))
-          if (std::find(plan.gemms.begin(), plan.gemms.end(), s) == plan.gemms.end()) plan.gemms.push_back(s);
+        add_variants(rt->choose_spec(typical));
       }
       return std::optional<KernelSpec>(spec);
     } catch (const SpecError& e) {

@@ -57,7 +57,8 @@ constexpr TileChoice kHopperSmallWide = {{64, 256, 64}, 5, 1, 1};
 // rule took 64x256 on 31 launches (0.798-0.935x); on 36 launches at unseen token counts it took it on
 // 30, at 0.779-0.937x (geomean 0.87), and on none of the 6 where 64x256 was slower (1.004-1.246x).
 // As a layer's GEMM2 (scatter + weight; Mixtral-8x7B / 8x22B down, 576-2048 tokens) the same test
-// picks 9 of 20 launches, at 0.823-0.972x, and none of the 9 slower ones (1.010-1.027x).
+// picks 8 of 20 launches, at 0.823-0.905x (not a ninth, 0.972x, whose choice takes tail rows), and none of
+// the 9 slower ones (1.010-1.027x).
 constexpr long long kBf16SmallByRoundsMaxGroups = kFewLargeGroupsMax;
 constexpr int kBf16SmallByRoundsMinK = 10240;
 constexpr double kBf16SmallByRoundsMinRows = 128;
@@ -624,6 +625,18 @@ KernelSpec few_groups_twin(const KernelSpec& spec, const TileChoice& t) {
   return small;
 }
 
+// The few-large-groups rule (if any) whose conditions a launch's operands and fusion meet (all but
+// the group sizes): 16-bit A and B with K >= kBf16SmallByRoundsMinK, or FP8 with block scales, 16/32-bit
+// C and K >= kFp8SmallByRoundsMinK; unfused or a layer's GEMM2 (linear_scatter).
+enum class FewGroupsRule { none, sixteen_bit, fp8 };
+FewGroupsRule few_groups_rule(DType ab, DType b, DType c, int k, const Fusion& fusion, ScaleB b_scales) {
+  if (fusion.any() && !fusion.linear_scatter()) return FewGroupsRule::none;
+  if ((ab == DType::bf16 || ab == DType::f16) && b == ab && k >= kBf16SmallByRoundsMinK) return FewGroupsRule::sixteen_bit;
+  if (ab == DType::e4m3 && c != DType::e4m3 && b_scales == ScaleB::blocks && k >= kFp8SmallByRoundsMinK)
+    return FewGroupsRule::fp8;
+  return FewGroupsRule::none;
+}
+
 // Rounds of `s`'s units over the host's group sizes in 128x256-round equivalents (the few-groups
 // rules' cost), a 64-row tile's weighted by small_tile_cost.
 double tile_rounds_cost(const KernelSpec& s, const GemmProblem& problem, int sm_count, double small_tile_cost) {
@@ -712,18 +725,13 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
   // Few large groups: 64x256 on the static scheduler where its rounds cost less (kBf16SmallByRounds*,
   // kFp8SmallByRounds*), which only the host's group sizes tell.
   const bool few_groups = num_groups == 0 || num_groups <= kFewLargeGroupsMax;
-  if (few_groups && chosen.family == KernelFamily::hopper && chosen.tile.m == 128 &&
-      (!chosen.fusion.any() || chosen.fusion.linear_scatter()) && !chosen.is_weight_only_4bit()) {
-    const bool sixteen_bit = (chosen.a == DType::bf16 || chosen.a == DType::f16) && k >= kBf16SmallByRoundsMinK;
-    const bool fp8 = chosen.a == DType::e4m3 && chosen.c != DType::e4m3 && chosen.b_scales == ScaleB::blocks &&
-                     k >= kFp8SmallByRoundsMinK;
-    if (sixteen_bit || fp8) {
-      const KernelSpec small = few_groups_twin(chosen, sixteen_bit ? kHopperSmallWide : kFp8Small);
-      try {
-        small.validate();
-        add(small);
-      } catch (const SpecError&) {
-      }
+  const FewGroupsRule rule = few_groups_rule(chosen.a, chosen.b, chosen.c, k, chosen.fusion, chosen.b_scales);
+  if (few_groups && chosen.family == KernelFamily::hopper && chosen.tile.m == 128 && rule != FewGroupsRule::none) {
+    const KernelSpec small = few_groups_twin(chosen, rule == FewGroupsRule::sixteen_bit ? kHopperSmallWide : kFp8Small);
+    try {
+      small.validate();
+      add(small);
+    } catch (const SpecError&) {
     }
   }
   if (may_split_tail(chosen, k)) {
@@ -795,13 +803,11 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
 
 bool few_groups_small_tile_may_pay(DType ab, DType c, int n, int k, const Fusion& fusion, ScaleB b_scales, long long active,
                                    long long rows, long long m_tiles_128, long long m_tiles_64, int sm_count) {
-  if (active <= 0 || active > kFewLargeGroupsMax || (fusion.any() && !fusion.linear_scatter())) return false;
+  if (active <= 0 || active > kFewLargeGroupsMax) return false;
+  const FewGroupsRule rule = few_groups_rule(ab, ab, c, k, fusion, b_scales);
+  const bool fp8 = rule == FewGroupsRule::fp8;
   const double mean_rows = (double)rows / (double)active;
-  const bool sixteen_bit = (ab == DType::bf16 || ab == DType::f16) && k >= kBf16SmallByRoundsMinK &&
-                           mean_rows >= kBf16SmallByRoundsMinRows;
-  const bool fp8 = ab == DType::e4m3 && c != DType::e4m3 && b_scales == ScaleB::blocks && k >= kFp8SmallByRoundsMinK &&
-                   mean_rows >= kFp8SmallByRoundsMinRows;
-  if (!sixteen_bit && !fp8) return false;
+  if (rule == FewGroupsRule::none || mean_rows < (fp8 ? kFp8SmallByRoundsMinRows : kBf16SmallByRoundsMinRows)) return false;
   const long long n_tiles = (n + 255) / 256, sms = std::max(sm_count, 1);
   const double rounds_128 = (double)((m_tiles_128 * n_tiles + sms - 1) / sms);
   const double rounds_64 = (double)((m_tiles_64 * n_tiles + sms - 1) / sms) * 0.5 * (fp8 ? kFp8SmallTileCost : 1.0);
@@ -1037,10 +1043,8 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       if (rounds_cost(wide) <= kFp8PairTileMaxRatio * rounds_cost(spec)) spec = wide;
     }
     // Few large groups: 64x256 static where its rounds cost less (kFp8SmallByRoundsMaxRatio above).
-    const bool small_fusion_ok = pairable || (spec.fusion.linear_scatter() && spec.c != DType::e4m3 &&
-                                               spec.b_scales == ScaleB::blocks);
-    if (small_fusion_ok && !problem.group_rows_estimated && mean_rows >= kFp8SmallByRoundsMinRows &&
-        active <= kFp8SmallByRoundsMaxGroups && problem.k >= kFp8SmallByRoundsMinK) {
+    if (few_groups_rule(spec.a, spec.b, spec.c, problem.k, spec.fusion, spec.b_scales) == FewGroupsRule::fp8 &&
+        !problem.group_rows_estimated && mean_rows >= kFp8SmallByRoundsMinRows && active <= kFp8SmallByRoundsMaxGroups) {
       const KernelSpec small = few_groups_twin(spec, kFp8Small);
       if (tile_rounds_cost(small, problem, sm_count, kFp8SmallTileCost) <=
           kFp8SmallByRoundsMaxRatio * tile_rounds_cost(spec, problem, sm_count, kFp8SmallTileCost))
@@ -1195,10 +1199,9 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
   }
   // Few large groups with long K: 64x256 on the static scheduler where its rounds cost less
   // (kBf16SmallByRoundsMaxRatio).
-  if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile &&
-      (!spec.fusion.any() || spec.fusion.linear_scatter()) && spec.tail == 0 &&
-      !problem.group_rows_estimated && active <= kBf16SmallByRoundsMaxGroups && problem.k >= kBf16SmallByRoundsMinK &&
-      mean_rows >= kBf16SmallByRoundsMinRows) {
+  if (spec.family == KernelFamily::hopper && spec.tile == kHopperLarge.tile && spec.tail == 0 &&
+      few_groups_rule(spec.a, spec.b, spec.c, problem.k, spec.fusion, spec.b_scales) == FewGroupsRule::sixteen_bit &&
+      !problem.group_rows_estimated && active <= kBf16SmallByRoundsMaxGroups && mean_rows >= kBf16SmallByRoundsMinRows) {
     const KernelSpec small = few_groups_twin(spec, kHopperSmallWide);
     const double bound = spec.split == SplitK::tail ? kBf16SmallByRoundsMaxRatioSplit : kBf16SmallByRoundsMaxRatio;
     if (tile_rounds_cost(small, problem, sm_count, 1.0) <= bound * tile_rounds_cost(spec, problem, sm_count, 1.0))
