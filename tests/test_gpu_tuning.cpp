@@ -135,6 +135,47 @@ TEST_CASE("tune: times every candidate, stores the best, a new runtime and group
   expect_correct(p, "grouped_gemm with the stored choice");
 }
 
+TEST_CASE("tuner timing: L2 cleared before every timed launch, or back to back (TuneOptions::clear_l2)", "[gpu][tuning]") {
+  hold_context();
+  std::mt19937 rng(33);
+  auto p = tuning_problem(GroupLayout::contiguous, {3, 0, 5, 1, 2, 0, 4, 1}, 1024, 512, rng);
+  Runtime rt;
+  Kernel k = rt.kernel(rt.choose_spec(p.args()));
+  int launches = 0, clears = 0;
+  std::vector<std::function<void()>> fns = {[&] { k.launch(p.args(), nullptr), ++launches; },
+                                            [&] { k.launch(p.args(), nullptr), ++launches; }};
+  // Each launch is sized once (one warm-up and one timed launch, a clear between them), then 5 rounds
+  // of at most kClearedLaunchesPerBatch launches each, a clear before every one.
+  const std::vector<double> ms = time_in_turns(fns, nullptr, 2.0, 5, [&] { ++clears; });
+  REQUIRE(ms.size() == 2);
+  for (double t : ms) CHECK(t > 0);
+  CHECK(launches == 2 * 2 + clears - 2);
+  CHECK(clears >= 2 + 2 * 5);
+  CHECK(clears <= 2 + 2 * 5 * kClearedLaunchesPerBatch);
+  launches = clears = 0;
+  const std::vector<double> warm = time_in_turns(fns, nullptr, 2.0, 5);
+  REQUIRE(warm.size() == 2);
+  for (double t : warm) CHECK(t > 0);
+  CHECK(clears == 0);
+  // Both modes through Runtime::tune: every candidate timed, the best no slower than any.
+  for (bool clear : {true, false}) {
+    TuneOptions options;
+    options.ms_per_candidate = 2.0;
+    options.store = false;
+    options.clear_l2 = clear;
+    TuneResult result = rt.tune(p.args(), nullptr, options);
+    INFO("clear_l2 " << clear);
+    for (auto& c : result.candidates) {
+      INFO(c.spec.to_text() << " " << c.error);
+      CHECK(c.ms > 0);
+      CHECK(c.ms >= result.best_ms);
+    }
+  }
+  p.poison();
+  k.launch(p.args(), nullptr);
+  expect_correct(p, "the tuner's timed kernel");
+}
+
 TEST_CASE("grouped_gemm: alternating shape buckets, autotune on first call", "[gpu][tuning]") {
   hold_context();
   std::mt19937 rng(33);

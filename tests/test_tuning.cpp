@@ -1198,6 +1198,7 @@ TEST_CASE("moejit tune: usage errors and no GPU", "[tuning][cli]") {
   auto help = run_command(cli + " tune --help");
   CHECK(help.code == 0);
   CHECK(help.out.find("--model NAME") != std::string::npos);
+  CHECK(help.out.find("--warm-l2") != std::string::npos);
   CHECK(run_command(cli + " tune").code == 2);
   CHECK(run_command(cli + " tune --model gpt-oss-120b --ms -3").code == 2);
   CHECK(run_command(cli + " tune --model gpt-oss-120b --tokens 16,x").code == 2);
@@ -1206,6 +1207,7 @@ TEST_CASE("moejit tune: usage errors and no GPU", "[tuning][cli]") {
     auto r = run_command(cli + " tune --model gpt-oss-120b --tokens 16");
     CHECK(r.code == 1);
     CHECK(r.out.find("no CUDA driver or GPU") != std::string::npos);
+    CHECK(run_command(cli + " tune --model gpt-oss-120b --tokens 16 --warm-l2").code == 1);
   }
 }
 

@@ -165,6 +165,13 @@ struct TuneOptions {
   int compile_threads = 0;       // 0: one per core
   double ms_per_candidate = 20;  // device time spent timing each candidate: 5 rounds in turns with the others, median
   bool store = true;             // file the winner in the cache folder for later processes
+  // Clear L2 (a memset of twice its size, untimed) before each timed launch, so that every
+  // candidate reads its operands from DRAM, as a layer's GEMM does in a model whose other layers
+  // pass through L2 between its calls. Back to back, a decode launch found part of its weights
+  // still in L2 from the launch before: the tuner read FP8 Qwen3-30B-A3B down at 16 tokens (134 MB
+  // of weights) at 0.037-0.038 ms that way, 0.047 with the clears, and bench_suite's protocol
+  // (a 256 MB clear before each launch) 0.048 (H200, docs/perf.md v55).
+  bool clear_l2 = true;
 };
 
 struct TuneCandidate {

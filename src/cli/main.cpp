@@ -91,12 +91,13 @@ Compiles, in parallel, every kernel the runtime will request:
 Prints a progress line and how many kernels were built, hit in the cache or failed.
 Exit code 1 if any failed.
 )";
-const char* kTuneHelp = R"(usage: moejit tune --model NAME [--tokens 16,128,...] [--ms MS] [--jobs N]
+const char* kTuneHelp = R"(usage: moejit tune --model NAME [--tokens 16,128,...] [--ms MS] [--jobs N] [--warm-l2]
 
 Needs a GPU. For each of the preset's GEMMs (up and down), token counts, dtypes and layouts:
 routes the tokens to experts (random top-k, fixed seed), fills the operands with random
 numbers, compiles every candidate config (--jobs threads), times each on this GPU (--ms
-milliseconds per candidate, default 20) and stores the fastest for the problem's shape bucket
+milliseconds per candidate, default 20; L2 cleared before each timed launch, as the model's
+other layers would leave it, unless --warm-l2) and stores the fastest for the problem's shape bucket
 in the cache folder (tuning/, one file per device name, driver, moejit version and kernel
 templates). Runtime::grouped_gemm in later processes uses the stored choice for that bucket.
 Prints one line per problem: the heuristic's time, the best time and the best config.
@@ -407,6 +408,7 @@ int cmd_tune(const std::vector<std::string>& args) {
     };
     if (args[i] == "--model" || args[i] == "--preset") model = value();
     else if (args[i] == "--ms") options.ms_per_candidate = number(value(), "--ms");
+    else if (args[i] == "--warm-l2") options.clear_l2 = false;
     else if (args[i] == "--jobs") options.compile_threads = (int)number(value(), "--jobs");
     else if (args[i] == "--tokens") {
       std::stringstream list(value());

@@ -37,6 +37,7 @@ namespace moejit {
   X(cuMemcpyDtoH)                                   \
   X(cuMemsetD8)                                     \
   X(cuMemsetD32)                                    \
+  X(cuMemsetD8Async)                                \
   X(cuStreamCreate)                                 \
   X(cuStreamDestroy)                                \
   X(cuStreamSynchronize)                            \

@@ -652,7 +652,18 @@ TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneO
   }
   const LoadedKernel* best = nullptr;
   if (!launches.empty()) {
-    const std::vector<double> ms = time_in_turns(launches, stream, options.ms_per_candidate);
+    // TuneOptions::clear_l2: a memset of twice L2 (at least 64 MB) before each timed launch.
+    DeviceBuffer l2_clear;
+    std::function<void()> clear_l2;
+    if (options.clear_l2) {
+      int l2_bytes = 0;
+      MOEJIT_CU(driver().cuDeviceGetAttribute(&l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, impl_->device));
+      l2_clear = DeviceBuffer(std::max<std::size_t>(2 * (std::size_t)std::max(l2_bytes, 0), std::size_t{64} << 20));
+      clear_l2 = [&] {
+        MOEJIT_CU(driver().cuMemsetD8Async(l2_clear.ptr(), 0, l2_clear.bytes(), reinterpret_cast<CUstream>(stream)));
+      };
+    }
+    const std::vector<double> ms = time_in_turns(launches, stream, options.ms_per_candidate, 5, clear_l2);
     for (std::size_t t = 0; t < timed.size(); ++t) {
       const std::size_t i = timed[t];
       result.candidates[i].ms = ms[t];

@@ -44,36 +44,57 @@ struct Event {
 }  // namespace
 
 std::vector<double> time_in_turns(const std::vector<std::function<void()>>& launches, Stream stream, double min_ms,
-                                  int rounds) {
+                                  int rounds, const std::function<void()>& clear_l2) {
   const DriverApi& api = driver();
   auto cu_stream = reinterpret_cast<CUstream>(stream);
   const std::size_t n = launches.size();
-  std::vector<Event> start(n), stop(n);
-  auto elapsed = [&](std::size_t i) {
+  auto elapsed = [&](const Event& from, const Event& to) {
     float ms = 0;
-    MOEJIT_CU(api.cuEventElapsedTime(&ms, start[i].handle, stop[i].handle));
+    MOEJIT_CU(api.cuEventElapsedTime(&ms, from.handle, to.handle));
     return double(ms);
   };
   rounds = std::max(rounds, 1);
+  const int max_batch = clear_l2 ? kClearedLaunchesPerBatch : 1000;
   std::vector<int> batch(n, 1);
-  for (std::size_t i = 0; i < n; ++i) {
-    launches[i]();  // first launch: module and caches warm
-    MOEJIT_CU(api.cuEventRecord(start[i].handle, cu_stream));
-    launches[i]();
-    MOEJIT_CU(api.cuEventRecord(stop[i].handle, cu_stream));
-    MOEJIT_CU(api.cuEventSynchronize(stop[i].handle));
-    batch[i] = std::clamp(static_cast<int>(std::ceil(min_ms / rounds / std::max(elapsed(i), 1e-3))), 1, 1000);
+  {
+    Event start, stop;
+    for (std::size_t i = 0; i < n; ++i) {
+      launches[i]();  // first launch: module and caches warm
+      if (clear_l2) clear_l2();
+      MOEJIT_CU(api.cuEventRecord(start.handle, cu_stream));
+      launches[i]();
+      MOEJIT_CU(api.cuEventRecord(stop.handle, cu_stream));
+      MOEJIT_CU(api.cuEventSynchronize(stop.handle));
+      batch[i] = std::clamp(static_cast<int>(std::ceil(min_ms / rounds / std::max(elapsed(start, stop), 1e-3))), 1, max_batch);
+    }
   }
+  // Back to back, a batch is timed by one pair of events; with clears between the launches, each
+  // launch by its own pair (events[i][2b], [2b + 1]), which a round reuses once the stream is idle.
+  std::vector<std::vector<Event>> events(n);
+  for (std::size_t i = 0; i < n; ++i) events[i] = std::vector<Event>(clear_l2 ? 2 * batch[i] : 2);
   std::vector<std::vector<double>> ms(n);
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t j = 0; j < n; ++j) {
       const std::size_t i = (j + static_cast<std::size_t>(r)) % n;
-      MOEJIT_CU(api.cuEventRecord(start[i].handle, cu_stream));
-      for (int b = 0; b < batch[i]; ++b) launches[i]();
-      MOEJIT_CU(api.cuEventRecord(stop[i].handle, cu_stream));
+      if (clear_l2) {
+        for (int b = 0; b < batch[i]; ++b) {
+          clear_l2();
+          MOEJIT_CU(api.cuEventRecord(events[i][2 * b].handle, cu_stream));
+          launches[i]();
+          MOEJIT_CU(api.cuEventRecord(events[i][2 * b + 1].handle, cu_stream));
+        }
+      } else {
+        MOEJIT_CU(api.cuEventRecord(events[i][0].handle, cu_stream));
+        for (int b = 0; b < batch[i]; ++b) launches[i]();
+        MOEJIT_CU(api.cuEventRecord(events[i][1].handle, cu_stream));
+      }
     }
     MOEJIT_CU(api.cuStreamSynchronize(cu_stream));
-    for (std::size_t i = 0; i < n; ++i) ms[i].push_back(elapsed(i) / batch[i]);
+    for (std::size_t i = 0; i < n; ++i) {
+      double total = 0;
+      for (std::size_t e = 0; e < events[i].size(); e += 2) total += elapsed(events[i][e], events[i][e + 1]);
+      ms[i].push_back(total / batch[i]);
+    }
   }
   std::vector<double> median(n);
   for (std::size_t i = 0; i < n; ++i) {
