@@ -165,7 +165,8 @@ struct TuneOptions {
   int compile_threads = 0;       // 0: one per core
   double ms_per_candidate = 20;  // device time spent timing each candidate: 5 rounds in turns with the others, median
   bool store = true;             // file the winner in the cache folder for later processes
-  // Clear L2 (a memset of twice its size, untimed) before each timed launch, so that every
+  // Clear L2 (a memset of twice its size, at least 64 MB, untimed; where the device has no room for
+  // that buffer, a warning and back-to-back timing) before each timed launch, so that every
   // candidate reads its operands from DRAM, as a layer's GEMM does in a model whose other layers
   // pass through L2 between its calls. Back to back, a decode launch found part of its weights
   // still in L2 from the launch before: the tuner read FP8 Qwen3-30B-A3B down at 16 tokens (134 MB

@@ -658,10 +658,18 @@ TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneO
     if (options.clear_l2) {
       int l2_bytes = 0;
       MOEJIT_CU(driver().cuDeviceGetAttribute(&l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, impl_->device));
-      l2_clear = DeviceBuffer(std::max<std::size_t>(2 * (std::size_t)std::max(l2_bytes, 0), std::size_t{64} << 20));
-      clear_l2 = [&] {
-        MOEJIT_CU(driver().cuMemsetD8Async(l2_clear.ptr(), 0, l2_clear.bytes(), reinterpret_cast<CUstream>(stream)));
-      };
+      const std::size_t bytes = std::max<std::size_t>(2 * (std::size_t)std::max(l2_bytes, 0), std::size_t{64} << 20);
+      try {
+        l2_clear = DeviceBuffer(bytes);
+      } catch (const DriverError& e) {
+        // A device too full for the clear's buffer still gets tuned, back to back, and says so.
+        if (e.code() != CUDA_ERROR_OUT_OF_MEMORY) throw;
+        log_warning(fmt::format("Runtime::tune: no {} MB for the L2 clears ({}); timing back to back", bytes >> 20, e.what()));
+      }
+      if (l2_clear.ptr())
+        clear_l2 = [&] {
+          MOEJIT_CU(driver().cuMemsetD8Async(l2_clear.ptr(), 0, l2_clear.bytes(), reinterpret_cast<CUstream>(stream)));
+        };
     }
     const std::vector<double> ms = time_in_turns(launches, stream, options.ms_per_candidate, 5, clear_l2);
     for (std::size_t t = 0; t < timed.size(); ++t) {
