@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <random>
@@ -1153,7 +1154,12 @@ TEST_CASE("tuning table: stores, merges, survives garbage lines, disabled withou
   TempDir dir;
   TuningTable table(dir.str(), "NVIDIA H100 80GB HBM3", 13000, "0.1.0", "0123456789abcdef0123456789abcdef");
   REQUIRE(table.enabled());
-  CHECK(table.path().find("NVIDIA-H100-80GB-HBM3_driver13000_moejit0.1.0_0123456789ab.tsv") != std::string::npos);
+  CHECK(table.path().find("NVIDIA-H100-80GB-HBM3_driver13000_moejit0.1.0_tune2_0123456789ab.tsv") != std::string::npos);
+  // Results of the first timing protocol (back to back, no L2 clears) are another file, not read.
+  const std::filesystem::path old_protocol =
+      std::filesystem::path(dir.str()) / "tuning" / "NVIDIA-H100-80GB-HBM3_driver13000_moejit0.1.0_0123456789ab.tsv";
+  std::filesystem::create_directories(old_protocol.parent_path());
+  write_bytes(old_protocol.string(), "bucket-a\tfamily=hopper,tile=64x128x64\t0.5\t0.75\n");
   CHECK(table.load().empty());
   table.store("bucket-a", {"family=hopper,tile=128x256x64", 1.5, 1.75});
   table.store("bucket-b", {"family=hopper,tile=64x256x64", 0.25, 0.25});

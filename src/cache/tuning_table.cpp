@@ -21,10 +21,11 @@ TuningTable::TuningTable(const std::string& cache_dir, const std::string& device
   for (char c : device_name) device += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
   // Kernels change speed when their templates change, so the templates' digest is in the name too.
   path_ = (fs::path(cache_dir) / "tuning" /
-           fmt::format("{}_driver{}_moejit{}_{}.tsv", device, driver_version, moejit_version, templates_digest.substr(0, 12)))
+           fmt::format("{}_driver{}_moejit{}_tune{}_{}.tsv", device, driver_version, moejit_version, kTuningProtocol,
+                       templates_digest.substr(0, 12)))
               .string();
-  header_ = fmt::format("# moejit tuning: device={} driver={} moejit={} templates={}\n", device_name, driver_version,
-                        moejit_version, templates_digest);
+  header_ = fmt::format("# moejit tuning: device={} driver={} moejit={} timing_protocol={} templates={}\n", device_name,
+                        driver_version, moejit_version, kTuningProtocol, templates_digest);
 }
 
 std::map<std::string, TunedEntry> TuningTable::load() const {

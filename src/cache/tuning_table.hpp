@@ -1,5 +1,5 @@
 // Autotuning results on disk: one small text file per (device name, driver version, moejit
-// version, kernel templates) in <cache dir>/tuning/, one line per shape bucket:
+// version, timing protocol, kernel templates) in <cache dir>/tuning/, one line per shape bucket:
 //   <bucket text> TAB <spec text> TAB <best ms> TAB <heuristic's ms>
 // Writers re-read the file, merge their lines in and rename a temporary file into place, so a
 // reader sees a whole file; two processes tuning at once can lose each other's newest line
@@ -10,6 +10,11 @@
 #include <string>
 
 namespace moejit {
+
+// How Runtime::tune times its candidates, in the file name so that results timed another way are
+// not reused: 2 (v55) clears L2 before each timed launch (TuneOptions::clear_l2); protocol 1 timed
+// them back to back, and read decode launches up to 20% faster than a model runs them.
+constexpr int kTuningProtocol = 2;
 
 struct TunedEntry {
   std::string spec_text;
