@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <new>
+#include <optional>
+
+#include <unistd.h>
 
 #include "gpu_problem.hpp"
 #include "heuristics/config.hpp"
@@ -287,6 +290,94 @@ TEST_CASE("CUDA graph: grouped_gemm with expected_rows, any counts", "[gpu][grap
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// A bucket first met under graph capture, on a stream the runtime has not seen: the kernel's module
+// is loaded and the stream's scheduler counter allocated during the capture (relaxed capture mode),
+// and with autotune on, tuning (which synchronizes) waits for the first call outside a capture. The
+// capture survives, the graph replays correctly, and the next eager call tunes the bucket.
+// Runtime::tune, and a call that would copy the groups back, throw on the capturing stream and
+// leave the capture intact.
+TEST_CASE("CUDA graph: a bucket's first call under capture, autotune deferred", "[gpu][graph][tuning]") {
+  hold_context();
+  // A cache folder of its own: no stored tuning result, no module of this runtime loaded yet.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("moejit-capture-test-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  const char* previous = std::getenv("MOEJIT_CACHE_DIR");
+  const std::string saved_dir = previous ? previous : "";
+  ::setenv("MOEJIT_CACHE_DIR", dir.c_str(), 1);
+  std::mt19937 rng(38);
+  auto p = tuning_problem(GroupLayout::contiguous, {40, 0, 7, 130, 1, 66, 3, 90}, 384, 256, rng);
+  {
+    RuntimeOptions options;
+    options.autotune = true;
+    Runtime rt(options);
+    const GroupedGemmArgs args = p.args();  // host_groups given: nothing to copy back
+    GroupedGemmArgs device_only = args;
+    device_only.host_groups = {};
+    const KernelSpec heuristic = rt.choose_spec(args);
+    INFO("heuristic: " << heuristic.to_text());
+    REQUIRE(!rt.tuned_spec(args).has_value());
+    cudaStream_t stream;
+    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+    const Stream s = reinterpret_cast<Stream>(stream);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK_THROWS_AS(rt.tune(args, s), InvalidArgument);
+    CHECK_THROWS_AS(rt.grouped_gemm(device_only, s), InvalidArgument);
+    rt.grouped_gemm(args, s);
+    CHECK_THROWS_AS(rt.kernel(heuristic).launch(device_only, s), InvalidArgument);
+    REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+    CHECK(!rt.tuned_spec(args).has_value());  // deferred
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    for (int replay = 0; replay < 2; ++replay) {
+      p.poison();
+      REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+      REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+      expect_correct(p, fmt::format("replay {}", replay));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    p.poison();
+    rt.grouped_gemm(args, s);  // outside the capture: tuned now
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    expect_correct(p, "first call outside the capture");
+    CHECK(rt.tuned_spec(args).has_value());
+
+    // A dynamic-scheduler kernel whose first launch on a new stream is captured: the stream's
+    // counter is made during the capture.
+    std::optional<KernelSpec> dynamic;
+    for (auto& c : family_candidates(rt.arch(), KernelFamily::hopper))
+      if (!dynamic && c.layout == GroupLayout::contiguous && c.scheduler == Scheduler::dynamic && c.a == DType::bf16 &&
+          c.c == DType::bf16 && c.split == SplitK::none)
+        dynamic = c;
+    REQUIRE(dynamic.has_value());
+    Kernel kernel = rt.kernel(*dynamic);
+    cudaStream_t fresh;
+    REQUIRE(cudaStreamCreateWithFlags(&fresh, cudaStreamNonBlocking) == cudaSuccess);
+    REQUIRE(cudaStreamBeginCapture(fresh, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    kernel.launch(args, reinterpret_cast<Stream>(fresh));
+    kernel.launch(args, reinterpret_cast<Stream>(fresh));
+    REQUIRE(cudaStreamEndCapture(fresh, &graph) == cudaSuccess);
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    for (int replay = 0; replay < 2; ++replay) {
+      p.poison();
+      REQUIRE(cudaGraphLaunch(exec, fresh) == cudaSuccess);
+      REQUIRE(cudaStreamSynchronize(fresh) == cudaSuccess);
+      expect_correct(p, fmt::format("{} captured on a new stream, replay {}", dynamic->to_text(), replay));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(fresh);
+    cudaStreamDestroy(stream);
+  }
+  if (saved_dir.empty())
+    ::unsetenv("MOEJIT_CACHE_DIR");
+  else
+    ::setenv("MOEJIT_CACHE_DIR", saved_dir.c_str(), 1);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("hot path: repeated lookups and launches allocate nothing", "[gpu][tuning][hot]") {

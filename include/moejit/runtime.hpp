@@ -68,7 +68,9 @@ struct GroupedGemmArgs {
 
   // Optional host copy of group_offsets (contiguous) or group_counts (masked). When given it is
   // validated and used to choose the config; when absent the runtime copies the device array
-  // back (a synchronizing copy) unless trust_device_groups is set.
+  // back (a synchronizing copy) unless trust_device_groups is set. On a stream capturing a CUDA
+  // graph that copy is not allowed: give host_groups or set trust_device_groups there, or the call
+  // throws InvalidArgument.
   std::span<const int> host_groups{};
   bool trust_device_groups = false;
   // Where only the device holds the groups (trust_device_groups, no host_groups: a launch under
@@ -150,7 +152,9 @@ struct RuntimeOptions {
   bool line_info = false;  // compile with -lineinfo (for profilers and sanitizers)
   // grouped_gemm tunes a shape bucket that has no stored result on its first call (also
   // MOEJIT_AUTOTUNE=1). Off: stored results are used where present, the heuristic elsewhere.
-  // Tuning synchronizes the stream: a bucket's first call must then not be under graph capture.
+  // Tuning times launches and synchronizes, which graph capture forbids: a bucket first met on a
+  // capturing stream gets the stored result or the heuristic's kernel (with a warning), and is
+  // tuned at its first call outside a capture.
   bool autotune = false;
   // Offline runtimes only: the SM count choose_spec assumes (prewarm for a device it cannot see;
   // 0: 1). A runtime with a device uses the device's.
@@ -220,7 +224,8 @@ class Runtime {
   // Compiles every candidate config for these arguments in parallel, times each on `stream`
   // with these arguments (C is overwritten), keeps the fastest for the arguments' shape bucket
   // and, with options.store, files it under the cache folder (tuning/, keyed by device name,
-  // driver version, moejit version and templates). Synchronizes `stream`.
+  // driver version, moejit version and templates). Synchronizes `stream`; throws InvalidArgument
+  // where `stream` is capturing a CUDA graph.
   TuneResult tune(const GroupedGemmArgs& args, Stream stream, const TuneOptions& options = {});
   std::string tuning_file() const;  // "" when the disk cache is off
 

@@ -117,4 +117,12 @@ void DeviceBuffer::download(void* host, std::size_t bytes) const {
   if (bytes) MOEJIT_CU(driver().cuMemcpyDtoH(host, ptr_, bytes));
 }
 
+RelaxedCaptureMode::RelaxedCaptureMode() {
+  MOEJIT_CU(driver().cuThreadExchangeStreamCaptureMode(&previous_));
+}
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  CUstreamCaptureMode mode = previous_;
+  driver().cuThreadExchangeStreamCaptureMode(&mode);
+}
+
 }  // namespace moejit

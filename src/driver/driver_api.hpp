@@ -38,9 +38,12 @@ namespace moejit {
   X(cuMemsetD8)                                     \
   X(cuMemsetD32)                                    \
   X(cuMemsetD8Async)                                \
+  X(cuMemsetD32Async)                               \
   X(cuStreamCreate)                                 \
   X(cuStreamDestroy)                                \
   X(cuStreamSynchronize)                            \
+  X(cuStreamIsCapturing)                            \
+  X(cuThreadExchangeStreamCaptureMode)              \
   X(cuEventCreate)                                  \
   X(cuEventDestroy)                                 \
   X(cuEventRecord)                                  \
@@ -84,6 +87,21 @@ class DeviceBuffer {
  private:
   CUdeviceptr ptr_ = 0;
   std::size_t bytes_ = 0;
+};
+
+// While alive, this thread may make the calls that stream capture counts as unsafe (cuMemAlloc,
+// cuModuleLoadData) without ending a capture in progress on any stream. For the runtime's own
+// set-up only (a kernel's module, a stream's scheduler counter): made once, owned by the runtime,
+// and not part of any graph. Restores the thread's mode on exit.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode();
+  ~RelaxedCaptureMode();
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_RELAXED;
 };
 
 }  // namespace moejit

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
@@ -77,12 +78,16 @@ struct Runtime::Impl {
   void make_current() const {
     if (has_device) MOEJIT_CU(driver().cuCtxSetCurrent(context));
   }
+  // A stream's first launch may come under graph capture (a capture stream is often new): the
+  // buffer is allocated in relaxed capture mode, and zeroed on the stream itself, which a capture
+  // records as a memset node ahead of the kernel (harmless: the kernels leave it at zero).
   int* tile_counter(Stream stream) {
     std::lock_guard lock(counters_mutex);
     auto it = tile_counters.find(stream);
     if (it == tile_counters.end()) {
+      RelaxedCaptureMode relaxed;
       it = tile_counters.emplace(stream, DeviceBuffer(sizeof(int))).first;
-      MOEJIT_CU(driver().cuMemsetD32(it->second.ptr(), 0, 1));
+      MOEJIT_CU(driver().cuMemsetD32Async(it->second.ptr(), 0, 1, reinterpret_cast<CUstream>(stream)));
     }
     return static_cast<int*>(it->second.get());
   }
@@ -95,8 +100,10 @@ struct Runtime::Impl {
     auto it = split_workspaces.find(stream);
     if (it == split_workspaces.end()) {
       const std::size_t partial_bytes = split_partial_floats() * sizeof(float);
+      RelaxedCaptureMode relaxed;  // as tile_counter
       it = split_workspaces.emplace(stream, DeviceBuffer(partial_bytes + split_flag_count() * sizeof(int))).first;
-      MOEJIT_CU(driver().cuMemsetD32(it->second.ptr() + partial_bytes, 0, split_flag_count()));
+      MOEJIT_CU(driver().cuMemsetD32Async(it->second.ptr() + partial_bytes, 0, split_flag_count(),
+                                          reinterpret_cast<CUstream>(stream)));
     }
     return it->second;
   }
@@ -148,7 +155,20 @@ struct HostGroups {
   const std::span<const int>* get() const { return known ? &view : nullptr; }
 };
 
-HostGroups host_groups(const GroupedGemmArgs& args) {
+// Whether work put on `stream` now is being captured into a CUDA graph. A stream that cannot be
+// asked (the legacy stream while another stream captures in global mode) counts as capturing:
+// a synchronizing call there would end that capture.
+bool stream_is_capturing(Stream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = driver().cuStreamIsCapturing(reinterpret_cast<CUstream>(stream), &status);
+  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+  check_cu(r, "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// `caller` names the entry point for the error; `stream` is the launch's stream (nullopt: no
+// launch follows, so capture does not matter).
+HostGroups host_groups(const GroupedGemmArgs& args, const char* caller, std::optional<Stream> stream) {
   HostGroups out;
   if (!args.host_groups.empty()) {
     out.view = args.host_groups;
@@ -156,6 +176,13 @@ HostGroups host_groups(const GroupedGemmArgs& args) {
     return out;
   }
   if (args.trust_device_groups) return out;
+  // The copy back synchronizes, which graph capture forbids (and would end the capture); and the
+  // counts it read would be those of capture time, not of the replays.
+  if (stream && stream_is_capturing(*stream))
+    throw InvalidArgument(fmt::format(
+        "{}: the stream is capturing a CUDA graph, and the groups are on the device only: pass host_groups, "
+        "or set trust_device_groups (with expected_rows or expected_group_rows to guide the choice)",
+        caller));
   std::size_t count = args.layout == GroupLayout::contiguous ? args.num_groups + 1 : args.num_groups;
   out.downloaded.resize(count);
   const int* src = args.layout == GroupLayout::contiguous ? args.group_offsets : args.group_counts;
@@ -450,6 +477,7 @@ const LoadedKernel& load_kernel(Runtime::Impl& rt, const KernelSpec& spec) {
       LoadedKernel k;
       k.compiled = rt.cache.get(spec);
       rt.make_current();
+      RelaxedCaptureMode relaxed;  // a bucket's first call may come under graph capture
       const DriverApi& api = driver();
       MOEJIT_CU(api.cuModuleLoadData(&k.module, k.compiled->cubin.data()));
       MOEJIT_CU(api.cuModuleGetFunction(&k.function, k.module, "moejit_grouped_gemm"));
@@ -542,7 +570,7 @@ void Kernel::launch(const GroupedGemmArgs& args, Stream stream) const {
   validate_args(args);
   validate_args_match_spec(args, *spec_);
   runtime_->impl_->make_current();
-  HostGroups groups = host_groups(args);
+  HostGroups groups = host_groups(args, "Kernel::launch", stream);
   if (groups.known) validate_groups(args, groups.view);
   launch_loaded(*runtime_->impl_, *static_cast<const LoadedKernel*>(loaded_), args, groups.get(), stream);
 }
@@ -559,7 +587,7 @@ std::optional<KernelSpec> Runtime::tuned_spec(const GroupedGemmArgs& args) {
   validate_fusion_args(args, args.fusion);
   if (impl_->has_device) impl_->make_current();
   HostGroups groups;
-  if (!args.host_groups.empty() || impl_->has_device) groups = host_groups(args);
+  if (!args.host_groups.empty() || impl_->has_device) groups = host_groups(args, "Runtime::tuned_spec", std::nullopt);
   if (groups.known) validate_groups(args, groups.view);
   return stored_spec(*impl_, bucket_of(args, groups, std::max(impl_->sm_count, 1)));
 }
@@ -571,7 +599,7 @@ void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
   validate_fusion_args(args, args.fusion);
   if (!impl_->has_device) throw DriverError("Runtime::grouped_gemm: this runtime is offline", CUDA_ERROR_NO_DEVICE);
   impl_->make_current();
-  HostGroups groups = host_groups(args);
+  HostGroups groups = host_groups(args, "Runtime::grouped_gemm", stream);
   if (groups.known) validate_groups(args, groups.view);
   ShapeBucket bucket = bucket_of(args, groups, std::max(impl_->sm_count, 1));
   const LoadedKernel* k = nullptr;
@@ -583,11 +611,22 @@ void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
     // First call in this bucket: a stored tuning result, a tuning run now, or the heuristic.
     std::optional<KernelSpec> spec = stored_spec(*impl_, bucket);
     const char* source = "stored tuning result";
+    // Tuning times launches and synchronizes, which graph capture forbids: a bucket first met under
+    // capture gets the heuristic's kernel, and is tuned at its first call outside a capture.
+    bool tuning_deferred = false;
     if (!spec && impl_->options.autotune) {
-      GroupedGemmArgs with_groups = args;
-      if (groups.known) with_groups.host_groups = groups.view;
-      spec = tune(with_groups, stream).best;
-      source = "tuned now";
+      if (stream_is_capturing(stream)) {
+        tuning_deferred = true;
+        log_warning_once("autotune-capture " + bucket.to_text(),
+                         fmt::format("grouped_gemm: bucket {} met first under graph capture: heuristic kernel; "
+                                     "it is tuned at its first call outside a capture",
+                                     bucket.to_text()));
+      } else {
+        GroupedGemmArgs with_groups = args;
+        if (groups.known) with_groups.host_groups = groups.view;
+        spec = tune(with_groups, stream).best;
+        source = "tuned now";
+      }
     }
     if (!spec) {
       std::vector<int> rows;
@@ -602,8 +641,12 @@ void Runtime::grouped_gemm(const GroupedGemmArgs& args, Stream stream) {
                                                               : "upper bound of the rows, typical routing",
                           spec->to_text(), source));
     const LoadedKernel& loaded = load_kernel(*impl_, *spec);
-    std::unique_lock lock(impl_->hot_mutex);
-    k = impl_->by_bucket.try_emplace(bucket, &loaded).first->second;
+    if (tuning_deferred) {
+      k = &loaded;  // not remembered for the bucket, so that the next call outside a capture tunes it
+    } else {
+      std::unique_lock lock(impl_->hot_mutex);
+      k = impl_->by_bucket.try_emplace(bucket, &loaded).first->second;
+    }
   }
   launch_loaded(*impl_, *k, args, groups.get(), stream);
 }
@@ -617,7 +660,10 @@ TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneO
   if (options.compile_threads < 0)
     throw InvalidArgument(fmt::format("Runtime::tune: compile_threads={} (expected >= 0; 0 means one per core)", options.compile_threads));
   impl_->make_current();
-  HostGroups groups = host_groups(args);
+  if (stream_is_capturing(stream))
+    throw InvalidArgument("Runtime::tune: the stream is capturing a CUDA graph; tuning times launches and "
+                          "synchronizes, so tune before the capture (or on another stream, outside it)");
+  HostGroups groups = host_groups(args, "Runtime::tune", stream);
   if (groups.known) validate_groups(args, groups.view);
   ShapeBucket bucket = bucket_of(args, groups, std::max(impl_->sm_count, 1));
   std::vector<int> rows;
