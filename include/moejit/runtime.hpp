@@ -4,6 +4,12 @@
 // Low level:    rt.kernel(spec).launch(args, stream)  you choose the spec.
 // Offline:      Runtime::offline(arch).compile(spec)   no GPU or driver needed (prewarm, CI).
 // Tuning:       rt.tune(args, stream)                 times the candidate configs, keeps the best.
+//
+// Streams: the dynamic scheduler's tile counter and split=tail's workspace are per stream (made at
+// its first launch), so launches on one stream must run in stream order, as they do. A CUDA graph
+// captured on a stream keeps that stream's scratch: replay graphs captured on one stream one after
+// another (on one stream, or ordered by events), not concurrently with each other or with eager
+// launches on their capture stream.
 #pragma once
 #include <cstdint>
 #include <memory>
