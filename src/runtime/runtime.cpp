@@ -663,7 +663,7 @@ TuneResult Runtime::tune(const GroupedGemmArgs& args, Stream stream, const TuneO
   if (stream_is_capturing(stream))
     throw InvalidArgument("Runtime::tune: the stream is capturing a CUDA graph; tuning times launches and "
                           "synchronizes, so tune before the capture (or on another stream, outside it)");
-  HostGroups groups = host_groups(args, "Runtime::tune", stream);
+  HostGroups groups = host_groups(args, "Runtime::tune", std::nullopt);  // capture was ruled out above
   if (groups.known) validate_groups(args, groups.view);
   ShapeBucket bucket = bucket_of(args, groups, std::max(impl_->sm_count, 1));
   std::vector<int> rows;
