@@ -3,7 +3,11 @@
 // separate processes, the same kernel's time at 16384 tokens moved by up to 12% with what ran in
 // the seconds before it (the 700 W cap; docs/perf.md v31), torch's as much: in turns both share
 // the clocks. A benchmarking aid, not part of the public API.
+//
+// BENCH_CAPI_SPECS (optional): field overrides applied to the heuristic's spec of every launch, as
+// bench_suite's BENCH_SPECS ("tile=128x192x128,cluster=2x1"), to time or probe one config.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -11,6 +15,7 @@
 #include <string>
 
 #include "moejit/moejit.hpp"
+#include "spec_overrides.hpp"
 
 namespace {
 
@@ -36,6 +41,13 @@ int launch(void* runtime, moejit::DType ab, const void* a, const void* b, void* 
                                        .host_groups = std::span<const int>(h_offsets, (std::size_t)groups + 1),
                                        .a_scales = a_scales, .b_scales = b_scales, .b_tensor_scales = b_tensor_scales,
                                        .b_type = b_type};
+    const char* overrides = std::getenv("BENCH_CAPI_SPECS");
+    if (overrides && *overrides) {
+      const moejit::KernelSpec spec = moejit::examples::override_fields(rt.choose_spec(args), overrides);
+      if (spec_out) copy_text(spec.to_text(), spec_out, spec_len);
+      rt.kernel(spec).launch(args, static_cast<moejit::Stream>(stream));
+      return 0;
+    }
     if (spec_out) copy_text(rt.choose_spec(args).to_text(), spec_out, spec_len);
     rt.grouped_gemm(args, static_cast<moejit::Stream>(stream));
     return 0;
