@@ -8,8 +8,13 @@ DeepGEMM's FP8 kernel takes fewer cycles).
          --query-gpu=timestamp,power.draw,clocks.sm,temperature.gpu --format=csv,noheader,nounits
          -lms 20` in the background, samples from one second into each phase).
   once:  one launch of each after the first (for `ncu -k regex:"moejit_grouped_gemm|sm90_fp8_gemm"`).
+  timeline (e4m3): six launches of each, then the per-CTA stats that instrumented kernels leave past
+         their outputs' ends, as TL,<case>,ours|dg,<cta>,<16 uint32> lines. Ours: MOEJIT_TEMPLATE_DIR with
+         docs/experiments/2026-11-28-fp8-per-tile-timeline.patch applied; room past C's last row. DeepGEMM's
+         sm90_fp8_gemm_1d2d.cuh edited the same way (by hand: not in this repo), its stats past the B
+         scales (sfb), which are padded here. docs/experiments/2026-11-28-fp8-timeline-summary.py sums them.
 DeepGEMM is staged as deepgemm_peer.py says (DG_ROOT).
-Usage: python3 tests/gpu/deepgemm_power.py routing.csv CAPI e4m3|bf16 power|once [SECONDS]
+Usage: python3 tests/gpu/deepgemm_power.py routing.csv CAPI e4m3|bf16 power|once|timeline [SECONDS]
 """
 import os
 import sys
@@ -40,10 +45,17 @@ def main(routing, capi, fmt, mode, seconds):
         else:
             a = random_e4m3((rows, k))
             a_scales = torch.rand(rows, kb, device="cuda") + 0.5
+            if mode == "timeline":  # room past B's scales for DeepGEMM's instrumented kernel
+                sfb = weights[1]
+                sfb_room = torch.full((sfb.numel() + 16 * 1024,), -1.0, device="cuda")
+                sfb_room[:sfb.numel()].copy_(sfb.flatten())
+                weights = (weights[0], sfb_room[:sfb.numel()].view(sfb.shape))
             w, scales = weights[0], (a_scales.t().contiguous(), weights[1])
         offsets_host = [0] + torch.tensor(counts).cumsum(0).tolist()
         offsets_dev = torch.tensor(offsets_host, device="cuda", dtype=torch.int32)
-        c = torch.empty((rows, n), device="cuda", dtype=torch.bfloat16)
+        # timeline: room past C's last row for 132+ CTAs' 64-byte stats
+        c_room = torch.zeros((rows + (16 * 1024 * 4) // (2 * n) + 1, n), device="cuda", dtype=torch.bfloat16)
+        c = c_room[:rows]
         launch, spec = moejit.launcher(a, w, c, offsets_dev, offsets_host, n, k, scales)
         calls, _ = dg_calls(dg, fmt, counts, n, a, a_scales, weights, False)
         calls[0]()
@@ -54,6 +66,20 @@ def main(routing, capi, fmt, mode, seconds):
             launch()
             calls[0]()
             torch.cuda.synchronize()
+            continue
+        if mode == "timeline":
+            for _ in range(6):
+                launch()
+                torch.cuda.synchronize()
+            for _ in range(5):
+                calls[0]()
+                torch.cuda.synchronize()
+            ctas = torch.cuda.get_device_properties(0).multi_processor_count
+            ours = c_room[rows:].contiguous().view(torch.int32).flatten()[:16 * ctas].view(ctas, 16).cpu().tolist()
+            theirs = sfb_room[sfb.numel():].contiguous().view(torch.int32)[:16 * ctas].view(ctas, 16).cpu().tolist()
+            for who, stats in (("ours", ours), ("dg", theirs)):
+                for cta, v in enumerate(stats):
+                    print(f"TL,{name},{who},{cta}," + ",".join(str(x & 0xffffffff) for x in v), flush=True)
             continue
         for r in range(2):
             phase(f"moejit_{name}_{r}", launch, seconds)
