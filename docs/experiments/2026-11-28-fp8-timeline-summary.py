@@ -5,7 +5,8 @@ seek + the wait for the first full stage) and epilogues, the k-loop's cycles per
 tensor peak 768 for a 128x192 tile, 1024 for 128x256), and the producer's share inside its empty-barrier
 waits. docs/perf.md v57. Usage: python3 2026-11-28-fp8-timeline-summary.py out.txt...
 Stats per CTA: [0] consumer start clock, [3] first, [6] epi, [7] consumer end clock, [9] tiles, [10] K
-blocks, [11] producer seek, [12] producer empty waits (uint32 clock cycles)."""
+blocks, [11] producer seek, [12] producer empty waits, with 2026-11-28-fp8-producer-sections-timeline.patch
+[13] the B-slot copies and [14] thread 0's TMA issues (uint32 clock cycles)."""
 import collections
 import statistics as st
 import sys
@@ -26,4 +27,6 @@ for path in sys.argv[1:]:
         print(f"{name:24s} {who:4s} total {mean_total / 1e6:6.3f}M tiles {tiles:5.1f} kb/tile {kbs / tiles:4.0f} | "
               f"first {st.mean(first) / mean_total:5.3f} main {st.mean(main) / mean_total:5.3f} "
               f"epi {st.mean(epi) / mean_total:5.3f} | main cycles per K block {st.mean(main) / kbs:6.0f} | "
-              f"prod empty-wait {st.mean(v[12] for v in vs) / mean_total:5.3f}")
+              f"prod empty-wait {st.mean(v[12] for v in vs) / mean_total:5.3f}"
+              + (f" | per K block: copies {st.mean(v[13] for v in vs) / kbs:5.0f}, TMA issue {st.mean(v[14] for v in vs) / kbs:5.0f}"
+                 if who == "ours" and any(v[14] for v in vs) else ""))
