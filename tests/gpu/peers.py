@@ -25,6 +25,11 @@ SHAPES = {  # model: (experts, topk, hidden, intermediate, up_n)
     "gpt-oss-20b": (32, 4, 2880, 2880, 5760),
     "mixtral-8x22b": (8, 2, 6144, 16384, 32768),
     "deepseek-v3-ep8": (32, 1, 7168, 2048, 4096),
+    # Only in routing files (docs/results/2026-11-28-v58-routing-*.csv), not in bench_suite.
+    "dbrx": (16, 4, 6144, 10752, 21504),
+    "grok-1": (8, 2, 6144, 32768, 65536),
+    "phi-3.5-moe": (16, 2, 4096, 6400, 12800),
+    "jamba": (16, 2, 4096, 14336, 28672),
 }
 
 

@@ -11,8 +11,12 @@ own process-wide template store): the base copy reads the templates it was built
 BASE_TEMPLATES), the new copy reads NEW_TEMPLATES, set in the environment around its first compile
 only. Both outputs are poisoned with NaN first and compared with each other.
 
+Per side, BASE_CAPI_SPECS / NEW_CAPI_SPECS (optional) set BENCH_CAPI_SPECS around that side's launches
+alone (spec-field overrides, examples/bench_capi.cpp), and NEW_CAPI (optional) names another build of
+the library for the new side: a config or a heuristic change in turns against the base's choices.
+
 Reads routing.csv (bench_suite's), prints CSV:
-  model,gemm,tokens,base_ms,new_ms,new_over_base,rel_diff,spec
+  model,gemm,tokens,base_ms,new_ms,new_over_base,rel_diff,spec[,new side's spec where it differs]
 (new_over_base: the median of the rounds' ratios), then a summary line.
 Usage: NEW_TEMPLATES=dir python3 tests/gpu/templates_turns.py routing.csv libmoejit_bench_capi.so [bf16|e4m3|mxfp4|nvfp4]
 (mxfp4 / nvfp4: weight-only 4-bit B, random valid codes and scales in the pre-arranged layout, w4_weights.)
@@ -47,6 +51,21 @@ def runtime_with_templates(capi_path, templates, tag):
             os.environ["MOEJIT_TEMPLATE_DIR"] = saved
 
 
+def with_capi_specs(launch, overrides):
+    """launch, run with BENCH_CAPI_SPECS=overrides (None: unset); the library reads it per launch."""
+    def run(*args):
+        saved = os.environ.pop("BENCH_CAPI_SPECS", None)
+        if overrides:
+            os.environ["BENCH_CAPI_SPECS"] = overrides
+        try:
+            return launch(*args)
+        finally:
+            os.environ.pop("BENCH_CAPI_SPECS", None)
+            if saved is not None:
+                os.environ["BENCH_CAPI_SPECS"] = saved
+    return run
+
+
 def w4_weights(fmt):
     """make_weights for weight-only 4-bit B: bytes in pack_w4_sm90's layout (include/moejit/formats.hpp,
     "W4 SM90"), drawn as bench_suite's w4_pattern draws them: per 128-row run a header (MXFP4: row
@@ -78,12 +97,14 @@ def w4_case(fmt):
 
 def main(routing_path, capi_path, fmt):
     new_templates = os.environ.get("NEW_TEMPLATES")
-    if not new_templates:
-        raise SystemExit("NEW_TEMPLATES: the kernel_templates folder to compare")
+    if not new_templates and not os.environ.get("NEW_CAPI"):
+        raise SystemExit("NEW_TEMPLATES: the kernel_templates folder to compare (or NEW_CAPI: another build)")
     base_templates = os.environ.get("BASE_TEMPLATES")
     torch.manual_seed(0)
     sides = [runtime_with_templates(capi_path, base_templates, "base"),
-             runtime_with_templates(capi_path, new_templates, "new")]
+             runtime_with_templates(os.environ.get("NEW_CAPI") or capi_path, new_templates, "new")]
+    side_specs = [os.environ.get("BASE_CAPI_SPECS"), os.environ.get("NEW_CAPI_SPECS")]
+    per_side = any(side_specs)
     clear = torch.empty(L2_CLEAR_BYTES, dtype=torch.int8, device="cuda")
     make_weights, make_case = {"bf16": (bf16_weights, bf16_case), "e4m3": (fp8_weights, fp8_case),
                                "mxfp4": (w4_weights("mxfp4"), w4_case("mxfp4")),
@@ -96,9 +117,11 @@ def main(routing_path, capi_path, fmt):
         offsets_host = [0] + ends.tolist()
         offsets_dev = torch.tensor(offsets_host, device="cuda", dtype=torch.int32)
         outs, launches, specs = [], [], []
-        for moejit in sides:
+        for moejit, overrides in zip(sides, side_specs):
             c = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            launch, spec = moejit.launcher(a, w, c, offsets_dev, offsets_host, n, k, scales)
+            launcher = with_capi_specs(moejit.launcher, overrides) if per_side else moejit.launcher
+            launch, spec = launcher(a, w, c, offsets_dev, offsets_host, n, k, scales)
+            launch = with_capi_specs(launch, overrides) if per_side else launch
             outs.append(c), launches.append(launch), specs.append(spec)
         torch.cuda.synchronize()
         ref = outs[0].float()
@@ -108,7 +131,8 @@ def main(routing_path, capi_path, fmt):
         rounds = time_in_turns(launches, clear)
         base_ms, new_ms = median(r[0] for r in rounds), median(r[1] for r in rounds)
         ratio = median(r[1] / r[0] for r in rounds)
-        print(f"{model},{gemm},{tokens},{base_ms:.4f},{new_ms:.4f},{ratio:.3f},{diff:.3g},\"{specs[0]}\"", flush=True)
+        shown = f"{specs[0]}\",\"{specs[1]}" if specs[0] != specs[1] else specs[0]
+        print(f"{model},{gemm},{tokens},{base_ms:.4f},{new_ms:.4f},{ratio:.3f},{diff:.3g},\"{shown}\"", flush=True)
         ratios.append((ratio, f"{model} {gemm} {tokens}", diff))
         del a, outs, ref
     if ratios:
