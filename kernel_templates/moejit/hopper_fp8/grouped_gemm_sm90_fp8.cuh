@@ -351,6 +351,8 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // 2026-11-26).
   constexpr int kProducerRegs = Fuse::gather && kDynamic ? 56 : 40;
   constexpr int kConsumerRegs = Fuse::gather && kDynamic ? 216 : 232;
+  // Producer warps without fuse=gather: one, or three on static CTA pairs (below).
+  constexpr int kProducerWarps = kPairM && !kDynamic ? 3 : 1;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "setmaxnreg: more than the launch's 168 x 384 registers");
   if (warpgroup == 0) {
     warpgroup_release_registers<kProducerRegs>();
@@ -409,13 +411,22 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       }
       // No lane exits with copies (and their barrier arrivals) still in flight (as the bf16 kernel).
       cp_async_wait_all_sm90();
-    } else if (threadIdx.x < 32) {
+    } else if (threadIdx.x < 32 * kProducerWarps) {
       // Warp 0 walks the groups 32 per step (seek_warp, as in the 4-bit kernel: a one-thread walk
       // could not keep the stages full at decode); its lane 0 issues the TMA copies (A, B and A's
-      // scales), lanes 0-3 copy a B slot each.
+      // scales), lanes 0-3 copy a B slot each. Static CTA pairs spread that over three warps that
+      // walk the same tiles, each waiting on the empty barriers itself: alone, a pair's warp took
+      // 1058-1138 cycles per K block, past the MMAs' 768 (docs/perf.md v57-v58). Warp 0 keeps A, A's
+      // scales and the expect_tx of every byte, warp 1 issues B, warp 2 copies the B slots. B may
+      // land before warp 0's expect_tx: the tx-count goes negative while warp 0's arrival is still
+      // pending, so the phase cannot complete early.
       const int k_blocks = role_blocks_of<kSplitTail || kStaged>(p.k, kFp8BlockK, num_k_blocks);
       const int n_blocks = role_blocks_of<kSplitTail || kStaged>(p.n, 128, n_scale_blocks);
-      const int lane = (int)threadIdx.x;
+      const int lane = (int)threadIdx.x % 32;
+      const int warp = (int)threadIdx.x / 32;
+      const bool issues_a = kProducerWarps == 1 || warp == 0;
+      const bool issues_b = kProducerWarps == 1 || warp == 1;
+      const bool copies_b_slots = kProducerWarps == 1 || warp == 2;
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
@@ -431,20 +442,24 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
         if constexpr (kPairM) multicast_b = pair_unit_tile<kBlockM>(tile, (int)rank, n_tiles);
         const int a_row = tile.row_begin + tile.m_block * kBlockM;
         const int b_row = tile.group * p.n + tile.n_block * kBlockN;
-        const float* const b_scales =
-            kChannelScalesB || lane >= 4 ? nullptr : b_scale_source(tile, lane / 2, lane % 2, n_blocks, k_blocks);
+        const float* const b_scales = kChannelScalesB || lane >= 4 || !copies_b_slots
+            ? nullptr : b_scale_source(tile, lane / 2, lane % 2, n_blocks, k_blocks);
         for (int kb = unit.kb_begin; kb < unit.kb_end; ++kb) {
-          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);  // the whole warp waits, lanes 0-3 copy B slots, lane 0 issues the TMA
+          mbarrier_wait(empty_bars + 8 * stage, phase ^ 1);  // the whole warp waits
           const unsigned full = full_bars + 8 * stage;
-          copy_stage_b_scale_fp8<kBlockM>(scale_stages + stage * kScaleStageBytes, lane, b_scales ? b_scales + kb : nullptr);
-          cp_async_mbarrier_arrive_noinc(full);
-          if (threadIdx.x == 0) {
+          if (copies_b_slots) {
+            copy_stage_b_scale_fp8<kBlockM>(scale_stages + stage * kScaleStageBytes, lane, b_scales ? b_scales + kb : nullptr);
+            cp_async_mbarrier_arrive_noinc(full);
+          }
+          if (lane == 0 && issues_a) {
             mbarrier_arrive_expect_tx(full, kABytes + kBBytes + fp8_scale_a_box_bytes<kBlockM>());
             // The K block's A scales (scale_a[kb * total_rows + a_row ..], host-checked to fit an
             // int), from the 16-byte row holding the first: rows past the group bring the next
             // group's (finite; their accumulator rows are never stored), past the array zeros.
             tma_load_2d(scale_stages + stage * kScaleStageBytes, tma_s, full, 0, (kb * p.total_rows + a_row) >> 2);
             tma_load_2d(a_stages + stage * kABytes, tma_a, full, kb * kFp8BlockK, a_row);
+          }
+          if (lane == 0 && issues_b) {
             if constexpr (kPairM)
               load_b_pair(b_stages + stage * kBBytes, full, kb * kFp8BlockK, tile, b_row, multicast_b);
             else if constexpr (Fuse::glu_split)
