@@ -674,11 +674,43 @@ TEST_CASE("FP8 prefill tiles: 128x256 where N pads little to 256 (static on larg
   CHECK(fp8_tile(256, 512, 7168, 2048) == "128x256 s4 static");   // DeepSeek-V3 down: 512 rows, K <= 3072 (v24)
   CHECK(fp8_tile(256, 128, 7168, 2048) == "128x256 s4 dynamic");  // DeepSeek-V3 down, 4096 tokens: 128 rows
   CHECK(fp8_tile(128, 1024, 2048, 768) == "128x256 s4 static");   // Qwen3 down, 16384 tokens: K short
-  CHECK(fp8_tile(8, 4096, 28672, 4096) == "128x256 s4 static");   // Mixtral up, 16384 tokens: large groups, long K (v30)
+  CHECK(fp8_tile(8, 4096, 28672, 4096) == "128x192 s4 static 2x1");  // Mixtral up, 16384 tokens: 128x192 pairs' rounds (v58)
   CHECK(fp8_tile(8, 1024, 4096, 14336) == "128x256 s4 static");   // Mixtral down, 4096 tokens
-  CHECK(fp8_tile(8, 1024, 2880, 4096) == "128x192 s4 dynamic");   // large groups, but N pads 6.7% more to 256
+  CHECK(fp8_tile(8, 1024, 2880, 4096) == "128x192 s4 static 2x1");  // N pads 6.7% more to 256; 128x192 pairs (v58)
   CHECK(fp8_tile(128, 512, 2880, 2880) == "128x192 s4 static 2x1");  // gpt-oss down: N pads 6.7% more to 256; pairs (v33)
   CHECK(fp8_tile(128, 16, 2880, 2880) == "64x256 s4 dynamic");    // decode (C staged since v24)
+}
+
+TEST_CASE("FP8 128x192 pairs over single CTAs: K >= 2880, host group sizes, no short odd tiles, rounds, dynamic singles from 512 rows (v58)", "[tuning][heuristic][fp8]") {
+  auto choice = [](std::vector<int> rows, int n, int k, bool host_sizes = true) {
+    long long total = 0;
+    for (int r : rows) total += r;
+    const std::vector<int> given = host_sizes ? rows : std::vector<int>{};  // outlives the problem's view
+    GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, (int)rows.size(), n, k, total, given};
+    const KernelSpec s = choose_spec(p, kHopper, 132);
+    return fmt::format("{}x{} {}{}", s.tile.m, s.tile.n, to_text(s.scheduler), s.cluster_m == 2 ? " 2x1" : "");
+  };
+  // gpt-oss-20b up at 8192 tokens (1024 rows, static 128x256 singles): 0.943x on the pairs
+  CHECK(choice(std::vector<int>(32, 1024), 5760, 2880) == "128x192 static 2x1");
+  // gpt-oss-120b down at 6144 tokens (192 rows, dynamic 128x192 singles, K <= 3072): 0.955x
+  CHECK(choice(std::vector<int>(128, 192), 2880, 2880) == "128x192 static 2x1");
+  // Qwen3-235B up at 6144 tokens: dynamic singles, K = 4096, 384 rows: the pairs took 1.015x
+  CHECK(choice(std::vector<int>(128, 384), 3072, 4096) == "128x256 dynamic");
+  // ... from 512 rows they win (0.986-0.991x at 12288-14336 tokens)
+  CHECK(choice(std::vector<int>(128, 768), 3072, 4096) == "128x192 static 2x1");
+  // K = 2048 (DeepSeek-V3 down at 12288 tokens): the pairs took 1.018x
+  CHECK(choice(std::vector<int>(256, 384), 7168, 2048) == "128x256 dynamic");
+  // Short odd tiles (Llama 4 Maverick up, 112 rows per expert): 1.037x
+  CHECK(choice(std::vector<int>(128, 112), 16384, 5120) == "128x256 dynamic");
+  // Without the host's group sizes the singles stay, and routing_variants gives prewarm the pair twin.
+  const std::vector<int> rows(32, 1024);
+  const std::string without = choice(rows, 5760, 2880, false);
+  CHECK(without.find("2x1") == std::string::npos);
+  GemmProblem p{GroupLayout::contiguous, DType::e4m3, DType::bf16, 32, 5760, 2880, 32 * 1024LL, {}};
+  bool twin = false;
+  for (const KernelSpec& s : routing_variants(choose_spec(p, kHopper, 132), 5760, 2880, 32 * 1024LL, 32))
+    twin |= s.tile.n == 192 && s.cluster_m == 2 && s.scheduler == Scheduler::static_persistent;
+  CHECK(twin);
 }
 
 TEST_CASE("bf16 tile: 64x128 up to 32 rows per group (v45; 64 before, 48 where K >= 6144 since v39)", "[tuning][heuristic]") {

@@ -338,6 +338,23 @@ constexpr int kFp8SmallByRoundsMinK = 4096;  // measured from 4096 (Mixtral-8x7B
 // Measured from 384 rows per expert; below 256 (groups of one M tile, whose pairs split N and share
 // nothing, or the short-launch pairs above, which measured 128x256) the pairs keep 128x256.
 constexpr double kFp8PairTileMinRows = 256;
+// 128x192 pairs in place of the single CTAs (v58, H200): once a static pair's producer work is spread
+// over three warps (the FP8 template, v58) its k-loop took 848-861 cycles per K block where the single
+// 128x192's took 825-836, and the pairs read each B tile once per two M tiles. Unfused, block scales,
+// from the host's group sizes (routing_variants gives prewarm the twin), K >= kFp8WidePairMinK, where
+// the rules above leave single 128x256 or 128x192 CTAs unsplit, no short odd tiles (as 128x192 pairs
+// would split them) and their rounds cost at most kFp8WidePairMaxRatio of the singles' (rounds_cost);
+// over singles on the dynamic scheduler only from kFp8StaticMinRows rows per expert or K <=
+// kFp8StaticMaxK (where the static scheduler itself would win, v24). In turns on the H200 (docs/results/
+// 2026-11-28-v58-fp8-wide-pairs-*.csv), fitted on 46 launches of 10 shapes at 2048-16384 tokens: where
+// it fired, 0.949-0.999x the singles' time on 18 of 19, 1.015x on Qwen3-235B up 6144; where it did not
+// (K <= 2048: DeepSeek-V3 / Kimi-K2 / Qwen3 down, 1.00-1.08x; short odd tiles: Llama 4 up, 1.03x;
+// ratio above: Mixtral-8x7B down, 0.995-1.029x) the pairs were no faster. On 65 fresh launches (14
+// shapes, 1536-14336 tokens) without the scheduler gate: 0.930-0.998x on 56, but 1.003-1.055x on all 8
+// over dynamic singles with K >= 4096 under 512 rows (GLM-4.5 / Qwen3-235B / Jamba / Phi-3.5 / Mixtral
+// up at 1536-8192 tokens, Llama 4 up), which the gate takes out, and 1.003 / 1.005x on Grok-1 up.
+constexpr int kFp8WidePairMinK = 2880;
+constexpr double kFp8WidePairMaxRatio = 1.01;
 // A layer's GEMM2 (linear_scatter: scatter + weight, v48) from kFp8ShortPairMinRows to kFp8StaticMinRows
 // rows per expert, K >= 6144, block scales: 2x1 static pairs where their rounds of 128x256 pair units
 // cost at most kFp8FusedPairMaxRatio of the single CTAs' rounds (rounds_cost), and from 256 rows the
@@ -734,6 +751,19 @@ std::vector<KernelSpec> routing_variants(const KernelSpec& chosen, int n, int k,
     } catch (const SpecError&) {
     }
   }
+  // Unfused FP8 single CTAs on 128-row tiles: their 128x192 pair twin (kFp8WidePairMinK), which only the
+  // host's group sizes decide.
+  if (chosen.family == KernelFamily::hopper && chosen.a == DType::e4m3 && chosen.b == DType::e4m3 && !chosen.fusion.any() &&
+      chosen.c != DType::e4m3 && chosen.b_scales == ScaleB::blocks && chosen.tile.m == 128 && chosen.cluster_m == 1 &&
+      k >= kFp8WidePairMinK) {
+    KernelSpec pair = few_groups_twin(chosen, kFp8Wide);
+    pair.cluster_m = 2;
+    try {
+      pair.validate();
+      add(pair);
+    } catch (const SpecError&) {
+    }
+  }
   if (may_split_tail(chosen, k)) {
     KernelSpec twin = chosen;
     twin.split = chosen.split == SplitK::tail ? SplitK::none : SplitK::tail;
@@ -1049,6 +1079,14 @@ KernelSpec choose_spec(const GemmProblem& given, const Arch& arch, int sm_count)
       if (tile_rounds_cost(small, problem, sm_count, kFp8SmallTileCost) <=
           kFp8SmallByRoundsMaxRatio * tile_rounds_cost(spec, problem, sm_count, kFp8SmallTileCost))
         spec = small;
+    }
+    // 128x192 pairs where their rounds cost no more than the single CTAs' (kFp8WidePairMinK above).
+    if (pairable && spec.cluster_m == 1 && (spec.tile == kFp8Full.tile || spec.tile == kFp8Wide.tile) &&
+        problem.k >= kFp8WidePairMinK && !problem.group_rows_estimated && !singles_split() &&
+        !short_odd_tiles(problem.group_rows, problem.n, active, kFp8Wide.tile) &&
+        (spec.scheduler == Scheduler::static_persistent || mean_rows >= kFp8StaticMinRows || problem.k <= kFp8StaticMaxK)) {
+      const KernelSpec pair = static_pairs(kFp8Wide);
+      if (rounds_cost(pair) <= kFp8WidePairMaxRatio * rounds_cost(spec)) spec = pair;
     }
     // Gathered A: the gathering producer warpgroup needs 56 registers beside the dynamic scheduler's
     // ring (v30), and the 128x192 / 128x256 consumers spill at the 216 that leaves (40 and 232 with
