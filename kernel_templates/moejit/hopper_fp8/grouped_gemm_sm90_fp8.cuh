@@ -245,6 +245,9 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // epilogue is each CTA's own, and a gathering pair's CTAs each copy their own rows and A scales
   // (the gathering producer walks the same units; static scheduler).
   constexpr bool kPairM = kClusterM == 2;
+  // Producer warps without fuse=gather: one, or three on CTA pairs (below; not on dynamic 128x192
+  // pairs, which the heuristic never picks and whose 40-register producer then spilled 24 bytes).
+  constexpr int kProducerWarps = kPairM && !Fuse::gather && (!kDynamic || kBlockN == 256) ? 3 : 1;
   const unsigned rank = kPairM ? cluster_ctarank() : 0u;
   const int cluster_id = kPairM ? cluster_id_x() : (int)blockIdx.x;
   const int clusters = kPairM ? cluster_count_x() : (int)gridDim.x;
@@ -281,12 +284,14 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     if constexpr (!Fuse::gather) tma_prefetch_descriptor(tma_s);
     for (int st = 0; st < kStages; ++st) {
       // + one cp.async arrival per producer thread once its copies (its B slot; with fuse=gather
-      // its rows and A scales too) have landed: the producer warpgroup's 128 threads, or warp 0's 32 lanes.
+      // its rows and A scales too) have landed: the producer warpgroup's 128 threads, or the 32
+      // lanes of the warp that copies the B slots (warp 0, or warp 2 of three).
       mbarrier_init(full_bars + 8 * st, Fuse::gather ? 1 + 128 : 1 + 32);
       // One thread per consumer warpgroup, of both CTAs when paired (release_stage).
       mbarrier_init(empty_bars + 8 * st, 2 * kClusterM);
     }
-    if constexpr (kDynamic) ring.init(kConsumerWarps + (Fuse::gather ? 3 : 0));  // + producer warps 1-3 when they gather
+    // + producer warps 1-3 when they gather, 1-2 on CTA pairs (kProducerWarps)
+    if constexpr (kDynamic) ring.init(kConsumerWarps + (Fuse::gather ? 3 : kProducerWarps - 1));
     mbarrier_init_fence();
   }
   // mix=R: MixedTileCursor, whose two streams warp 1 sizes here while thread 0 sets up the barriers.
@@ -351,8 +356,6 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
   // 2026-11-26).
   constexpr int kProducerRegs = Fuse::gather && kDynamic ? 56 : 40;
   constexpr int kConsumerRegs = Fuse::gather && kDynamic ? 216 : 232;
-  // Producer warps without fuse=gather: one, or three on static CTA pairs (below).
-  constexpr int kProducerWarps = kPairM && !kDynamic ? 3 : 1;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "setmaxnreg: more than the launch's 168 x 384 registers");
   if (warpgroup == 0) {
     warpgroup_release_registers<kProducerRegs>();
@@ -414,9 +417,10 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
     } else if (threadIdx.x < 32 * kProducerWarps) {
       // Warp 0 walks the groups 32 per step (seek_warp, as in the 4-bit kernel: a one-thread walk
       // could not keep the stages full at decode); its lane 0 issues the TMA copies (A, B and A's
-      // scales), lanes 0-3 copy a B slot each. Static CTA pairs spread that over three warps that
-      // walk the same tiles, each waiting on the empty barriers itself: alone, a pair's warp took
-      // 1058-1138 cycles per K block, past the MMAs' 768 (docs/perf.md v57-v58). Warp 0 keeps A, A's
+      // scales), lanes 0-3 copy a B slot each. CTA pairs spread that over three warps that walk
+      // the same tiles (on the dynamic scheduler warps 1-2 read the numbers from the ring), each
+      // waiting on the empty barriers itself: alone, a pair's warp took 1058-1138 cycles per K
+      // block, past the MMAs' 768 (docs/perf.md v57-v58). Warp 0 keeps A, A's
       // scales and the expect_tx of every byte, warp 1 issues B, warp 2 copies the B slots. B may
       // land before warp 0's expect_tx: the tx-count goes negative while warp 0's arrival is still
       // pending, so the phase cannot complete early.
@@ -430,7 +434,10 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       int stage = 0;
       unsigned phase = 0;
       for (int tile_iter = 0;; ++tile_iter) {
-        const int unit_index = kDynamic ? ring.publish_warp(p.tile_counter) : cluster_id + tile_iter * clusters;
+        // Warp 0 takes the number; with three producer warps, warps 1-2 read it from the ring.
+        const int unit_index = !kDynamic ? cluster_id + tile_iter * clusters
+                               : kProducerWarps > 1 ? ring.publish_or_take(p.tile_counter)
+                                                    : ring.publish_warp(p.tile_counter);
         SplitUnit unit{unit_index, 0, k_blocks, -1};
         if constexpr (kSplitTail) unit = split_unit(p, unit_index, k_blocks);
         if (!cursor.seek_warp(p, unit.tile, tile)) {
