@@ -340,7 +340,7 @@ constexpr int kFp8SmallByRoundsMinK = 4096;  // measured from 4096 (Mixtral-8x7B
 constexpr double kFp8PairTileMinRows = 256;
 // 128x192 pairs in place of the single CTAs (v58, H200): once a static pair's producer work is spread
 // over three warps (the FP8 template, v58) its k-loop took 848-861 cycles per K block where the single
-// 128x192's took 825-836, and the pairs read each B tile once per two M tiles. Unfused, block scales,
+// 128x192's took 838-856, and the pairs read each B tile once per two M tiles. Unfused, block scales,
 // from the host's group sizes (routing_variants gives prewarm the twin), K >= kFp8WidePairMinK, where
 // the rules above leave single 128x256 or 128x192 CTAs unsplit, no short odd tiles (as 128x192 pairs
 // would split them) and their rounds cost at most kFp8WidePairMaxRatio of the singles' (rounds_cost);

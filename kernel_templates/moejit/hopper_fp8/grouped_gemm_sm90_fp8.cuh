@@ -420,10 +420,11 @@ __device__ __forceinline__ void grouped_gemm_fp8(const GroupedGemmParams& p,
       // scales), lanes 0-3 copy a B slot each. CTA pairs spread that over three warps that walk
       // the same tiles (on the dynamic scheduler warps 1-2 read the numbers from the ring), each
       // waiting on the empty barriers itself: alone, a pair's warp took 1058-1138 cycles per K
-      // block, past the MMAs' 768 (docs/perf.md v57-v58). Warp 0 keeps A, A's
-      // scales and the expect_tx of every byte, warp 1 issues B, warp 2 copies the B slots. B may
-      // land before warp 0's expect_tx: the tx-count goes negative while warp 0's arrival is still
-      // pending, so the phase cannot complete early.
+      // block, past the MMAs' 768 (docs/perf.md v57-v58). Warp 0 keeps A, A's scales and the
+      // expect_tx of every byte, warp 1 issues B, warp 2 copies the B slots. B may land before
+      // warp 0's expect_tx: the tx-count goes negative while warp 0's arrival is still pending, so
+      // the phase cannot complete early. Single CTAs keep one warp: three saved cycles there but
+      // not time (the clock fell at the power cap, v58).
       const int k_blocks = role_blocks_of<kSplitTail || kStaged>(p.k, kFp8BlockK, num_k_blocks);
       const int n_blocks = role_blocks_of<kSplitTail || kStaged>(p.n, 128, n_scale_blocks);
       const int lane = (int)threadIdx.x % 32;
